@@ -1,0 +1,78 @@
+"""The ``coding-agent-rl`` command: a table of subcommands, each in its own module.
+
+Each module named below defines ``add_arguments(parser)`` and ``run(args) -> int``; it is
+imported only when its subcommand runs. User errors exit 2 with one line, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+# name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "images": ("coding_agent_rl.commands.images", "build the base image or a dataset's task images"),
+    "sandboxes": ("coding_agent_rl.commands.sandboxes", "list or garbage-collect leftover sandboxes"),
+    "bench": ("coding_agent_rl.bench", "benchmarks: sandbox | adapter | rollout"),
+    "policy-server": ("coding_agent_rl.policy.cli", "serve a CPU policy over SGLang's /generate"),
+    "tokenizer": ("coding_agent_rl.policy.tokenizer_cli", "write a tokenizer directory (qwen3)"),
+    "agents": ("coding_agent_rl.harness.cli", "fetch agent CLI binaries into the cache"),
+    "convert": ("coding_agent_rl.datasets.cli_convert", "convert SWE-bench-style datasets"),
+    "validate": ("coding_agent_rl.datasets.cli_validate", "validate a dataset with its gold patches"),
+    "run": ("coding_agent_rl.commands.run", "run rollouts over a dataset"),
+    "demo": ("coding_agent_rl.commands.demo", "the whole pipeline on bundled tasks, no GPU"),
+    "view": ("coding_agent_rl.commands.view", "render a run's HTML report"),
+    "verify-logprobs": ("coding_agent_rl.commands.verify_logprobs", "recompute logprobs with HF"),
+}
+
+
+class UserError(Exception):
+    """Bad input from the user: printed as one line, exit code 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="coding-agent-rl", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_module, help_text) in COMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    top, rest = parser.parse_known_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if top.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not top.command:
+        parser.print_help()
+        return 2
+    module_name, help_text = COMMANDS[top.command]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name and e.name.startswith("coding_agent_rl"):
+            print(f"coding-agent-rl: '{top.command}' is not available yet", file=sys.stderr)
+            return 2
+        raise
+    sub = argparse.ArgumentParser(prog=f"coding-agent-rl {top.command}", description=help_text)
+    module.add_arguments(sub)
+    args = sub.parse_args(rest)
+    args.verbose = top.verbose
+    try:
+        return int(module.run(args) or 0)
+    except UserError as e:
+        print(f"coding-agent-rl {top.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"coding-agent-rl {top.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

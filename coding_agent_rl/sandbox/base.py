@@ -1,0 +1,182 @@
+"""The sandbox contract: one instance is one isolated environment.
+
+Backends subclass :class:`Sandbox` and implement the five ``_``-prefixed primitives; the public
+methods (``exec``, ``write_file``, ``read_file``, ``__aenter__``/``__aexit__``) add the shared
+behaviour (closed-state checks, shielded idempotent teardown, output caps).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import pathlib
+from typing import Any, NamedTuple
+
+DEFAULT_OUTPUT_CAP = 10 * 1024 * 1024
+TRUNCATION_MARKER = "\n[... output truncated by coding-agent-rl: {n} bytes dropped ...]\n"
+
+
+class SandboxError(RuntimeError):
+    """An infrastructure failure of the sandbox layer (never the model's fault)."""
+
+
+class SandboxCreateError(SandboxError):
+    """The sandbox could not be created."""
+
+
+class ImageNotFound(SandboxCreateError):
+    """The image does not exist; the message names the command that builds it."""
+
+
+class SandboxGone(SandboxError):
+    """The sandbox was closed, killed or vanished."""
+
+
+class SandboxFileNotFound(SandboxError, FileNotFoundError):
+    """``read_file`` on a path that does not exist."""
+
+
+class ExecResult(NamedTuple):
+    """Unpacks like slime's ``(exit_code, stdout, stderr)`` through ``[:3]``."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+class CommandFailed(SandboxError):
+    """``exec(check=True)`` saw a non-zero exit."""
+
+    def __init__(self, cmd: str, result: ExecResult):
+        tail = (result.stderr or result.stdout)[-2000:]
+        super().__init__(f"command failed (exit {result.exit_code}): {cmd!r}: {tail}")
+        self.result = result
+
+
+def cap_output(data: bytes, cap: int) -> str:
+    """Decode ``data`` (replacing bad UTF-8), keeping at most ``cap`` bytes and a visible marker."""
+    if len(data) > cap:
+        dropped = len(data) - cap
+        return data[:cap].decode("utf-8", "replace") + TRUNCATION_MARKER.format(n=dropped)
+    return data.decode("utf-8", "replace")
+
+
+def to_bytes(content: str | bytes | pathlib.Path) -> bytes:
+    if isinstance(content, bytes):
+        return content
+    if isinstance(content, pathlib.Path):
+        return content.read_bytes()
+    return content.encode()
+
+
+class Sandbox(abc.ABC):
+    """Async context manager around one isolated environment."""
+
+    backend: str = "?"
+
+    def __init__(self, image: str, *, output_cap: int = DEFAULT_OUTPUT_CAP):
+        self.image = image
+        self.output_cap = output_cap
+        self._state = "new"  # new -> open -> closed
+        self._close_lock = asyncio.Lock()
+
+    # ---- primitives every backend implements -------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def sandbox_id(self) -> str: ...
+
+    @abc.abstractmethod
+    async def _create(self) -> None: ...
+
+    @abc.abstractmethod
+    async def _destroy(self) -> None: ...
+
+    @abc.abstractmethod
+    async def _exec(
+        self, cmd: str, *, user: str, env: dict[str, str] | None, cwd: str | None,
+        timeout: float, idempotent: bool,
+    ) -> ExecResult: ...
+
+    @abc.abstractmethod
+    async def _write(self, path: str, data: bytes, *, user: str, mode: int | None) -> None: ...
+
+    @abc.abstractmethod
+    async def _read(self, path: str, *, user: str) -> bytes: ...
+
+    # ---- shared behaviour ----------------------------------------------------------------------
+    async def __aenter__(self) -> Sandbox:
+        if self._state != "new":
+            raise SandboxError(f"{self.backend} sandbox already used; create a new one")
+        try:
+            await self._create()
+        except BaseException:
+            await asyncio.shield(self._safe_destroy())
+            raise
+        self._state = "open"
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Destroy the sandbox; idempotent and safe under cancellation."""
+        await asyncio.shield(self._close_once())
+
+    async def _close_once(self) -> None:
+        async with self._close_lock:
+            if self._state == "closed":
+                return
+            self._state = "closed"
+            await self._safe_destroy()
+
+    async def _safe_destroy(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._destroy()
+
+    def _check_open(self) -> None:
+        if self._state != "open":
+            raise SandboxGone(f"{self.backend} sandbox {self.sandbox_id or '?'} is {self._state}")
+
+    async def exec(
+        self,
+        cmd: str,
+        *,
+        user: str = "root",
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float = 120,
+        check: bool = False,
+        idempotent: bool = True,
+    ) -> ExecResult:
+        """Run ``cmd`` with ``bash -c``. Never raises for a non-zero exit unless ``check``.
+
+        A timeout kills the whole process group and returns ``timed_out=True`` with exit 124.
+        """
+        self._check_open()
+        result = await self._exec(
+            cmd, user=user, env=env, cwd=cwd, timeout=timeout, idempotent=idempotent
+        )
+        if check and not result.ok:
+            raise CommandFailed(cmd, result)
+        return result
+
+    async def write_file(
+        self, path: str, content: str | bytes | pathlib.Path, *, user: str = "root",
+        mode: int | None = None,
+    ) -> None:
+        """Write ``content`` to ``path``, creating parent directories; binary-safe."""
+        self._check_open()
+        await self._write(path, to_bytes(content), user=user, mode=mode)
+
+    async def read_file(self, path: str, *, user: str = "root", binary: bool = False) -> str | bytes:
+        """Read ``path``; a missing file raises :class:`SandboxFileNotFound`."""
+        self._check_open()
+        data = await self._read(path, user=user)
+        return data if binary else data.decode("utf-8", "replace")

@@ -1,0 +1,45 @@
+"""Shared test plumbing: real-engine markers that skip loudly, and fail under CI=true."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+
+import pytest
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@functools.lru_cache(maxsize=1)
+def docker_engine_reason() -> str | None:
+    """None when a Docker engine answers, else why not."""
+    try:
+        r = subprocess.run(["docker", "info"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"docker CLI unusable: {e}"
+    if r.returncode != 0:
+        return "no Docker engine answers (run scripts/ensure-docker.sh)"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reason = None
+    if any("docker" in item.keywords for item in items):
+        reason = docker_engine_reason()
+    if reason is None:
+        return
+    for item in items:
+        if "docker" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason=f"SKIPPED (no engine): {reason}"))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if IN_CI and docker_engine_reason() is not None:
+        raise pytest.UsageError(f"CI=true but {docker_engine_reason()}: docker tests cannot be skipped")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001
+    reason = docker_engine_reason.cache_info().currsize and docker_engine_reason()
+    if reason:
+        terminalreporter.write_line(f"WARNING: docker-marked tests were SKIPPED: {reason}", red=True)
