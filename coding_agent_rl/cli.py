@@ -11,6 +11,8 @@ import importlib
 import logging
 import sys
 
+from coding_agent_rl.errors import UserError
+
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "images": ("coding_agent_rl.commands.images", "build the base image or a dataset's task images"),
@@ -26,10 +28,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "view": ("coding_agent_rl.commands.view", "render a run's HTML report"),
     "verify-logprobs": ("coding_agent_rl.commands.verify_logprobs", "recompute logprobs with HF"),
 }
-
-
-class UserError(Exception):
-    """Bad input from the user: printed as one line, exit code 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:

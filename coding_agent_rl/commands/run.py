@@ -1,0 +1,108 @@
+"""``coding-agent-rl run``: rollouts over a dataset, written to an output folder."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import pathlib
+
+from coding_agent_rl.cli import UserError
+
+SANDBOXES = ("docker", "local", "e2b")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dataset", required=True, help="JSONL of task rows")
+    p.add_argument("--agent", default="claude_code", help="harness name (claude_code, codex, ...)")
+    p.add_argument("--sandbox", default="docker", choices=SANDBOXES)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--sglang-url", help="a served policy (SGLang server or router)")
+    src.add_argument("--policy", help="a CPU policy: replay | scripted:FILE | hf:DIR")
+    p.add_argument("--tokenizer", default="qwen3", help="HF tokenizer dir, or 'qwen3' (built offline)")
+    p.add_argument("--out", required=True, type=pathlib.Path)
+    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--n-samples", type=int, default=1, help="rollouts per task (one GRPO group)")
+    p.add_argument("--limit", type=int, help="only the first N tasks")
+    p.add_argument("--resume", action="store_true", help="skip rollouts already in OUT")
+    p.add_argument("--tool-parser", default="qwen25", help="qwen25 | hermes | qwen3_coder")
+    p.add_argument("--reasoning-parser", default="qwen3", help="qwen3 | none")
+    p.add_argument("--agent-budget", type=float, default=1800.0, help="seconds per agent run")
+    p.add_argument("--eval-timeout", type=float, default=600.0, help="seconds for the tests")
+    p.add_argument("--max-context", type=int, default=32768, help="tokens per sample")
+    p.add_argument("--max-new-tokens", type=int, default=4096)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--reward-mode", choices=("full", "split"), default="full")
+    p.add_argument("--sandbox-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="backend option, e.g. memory=4g, cpus=2 (repeatable)")
+
+
+def parse_options(items: list[str]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"--sandbox-option {item!r}: expected KEY=VALUE")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def build_config(args: argparse.Namespace):
+    from coding_agent_rl.rollout.runner import RolloutConfig
+    from coding_agent_rl.rollout.runtime import RuntimeConfig
+
+    if args.concurrency < 1 or args.n_samples < 1:
+        raise UserError("--concurrency and --n-samples must be >= 1")
+    if args.policy and not (
+        args.policy == "replay" or args.policy.startswith(("scripted:", "hf:"))
+    ):
+        raise UserError(f"--policy {args.policy!r}: expected replay, scripted:FILE or hf:DIR")
+    return RuntimeConfig(
+        agent=args.agent,
+        sglang_url=args.sglang_url,
+        policy=args.policy,
+        tokenizer=args.tokenizer,
+        tool_parser=args.tool_parser,
+        reasoning_parser=None if args.reasoning_parser == "none" else args.reasoning_parser,
+        sampling_defaults={"max_new_tokens": args.max_new_tokens, "temperature": args.temperature},
+        rollout=RolloutConfig(
+            backend=args.sandbox,
+            sandbox_options=parse_options(args.sandbox_option),
+            agent_budget_s=args.agent_budget,
+            eval_timeout_s=args.eval_timeout,
+            max_context=args.max_context,
+            reward_mode=args.reward_mode,
+            out_dir=args.out,
+        ),
+    )
+
+
+def load_rows(path: str, limit: int | None) -> list:
+    from coding_agent_rl.datasets.schema import DatasetError, load_dataset
+
+    try:
+        rows = load_dataset(path)
+    except DatasetError as e:
+        raise UserError(str(e)) from e
+    return rows[:limit] if limit else rows
+
+
+def run(args: argparse.Namespace) -> int:
+    from coding_agent_rl.harness import HARNESSES
+    from coding_agent_rl.rollout.batch import run_batch
+    from coding_agent_rl.rollout.outputs import RunWriter
+
+    if args.agent not in HARNESSES.names():
+        raise UserError(f"unknown agent {args.agent!r}; known: {', '.join(HARNESSES.names())}")
+    rows = load_rows(args.dataset, args.limit)
+    config = build_config(args)
+    writer = RunWriter(args.out, resume=args.resume)
+    summary = asyncio.run(run_batch(
+        rows, config, writer, concurrency=args.concurrency, n_samples=args.n_samples,
+        info={"dataset": str(args.dataset)},
+    ))
+    print(json.dumps({k: summary[k] for k in ("total", "solved", "mean_reward", "failures_by_kind")}))
+    return 0

@@ -1,0 +1,1 @@
+"""One rollout end to end: session -> sandbox -> agent -> diff -> grade -> samples."""

@@ -1,0 +1,92 @@
+"""A run's output folder: ``samples.jsonl``, ``results.jsonl``, ``summary.json``, artifacts.
+
+Lines are appended and flushed as each rollout ends, so an interrupted run keeps every finished
+rollout and ``--resume`` skips them.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import statistics
+import time
+from collections import Counter
+from typing import Any
+
+from coding_agent_rl.rollout.timing import PHASES
+from coding_agent_rl.types import Sample
+
+
+def rollout_key(instance_id: str, sample_index: int | None) -> str:
+    return f"{instance_id}#{sample_index}"
+
+
+class RunWriter:
+    def __init__(self, out: pathlib.Path, *, resume: bool = False):
+        self.out = out
+        out.mkdir(parents=True, exist_ok=True)
+        self.samples_path = out / "samples.jsonl"
+        self.results_path = out / "results.jsonl"
+        self.results: list[dict[str, Any]] = []
+        if resume:
+            self.results = read_jsonl(self.results_path)
+        else:
+            for p in (self.samples_path, self.results_path):
+                p.unlink(missing_ok=True)
+        self._samples = self.samples_path.open("a")
+        self._results = self.results_path.open("a")
+
+    def done_keys(self) -> set[str]:
+        return {rollout_key(r["instance_id"], r["sample_index"]) for r in self.results}
+
+    def add(self, samples: list[Sample], record: dict[str, Any]) -> None:
+        for s in samples:
+            self._samples.write(json.dumps(s.to_dict()) + "\n")
+        self._results.write(json.dumps(record, default=str) + "\n")
+        self._samples.flush()
+        self._results.flush()
+        self.results.append(record)
+
+    def close(self, summary: dict[str, Any]) -> None:
+        self._samples.close()
+        self._results.close()
+        (self.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def read_jsonl(path: pathlib.Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line:
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut by a crash mid-write: that rollout reruns on --resume
+    return out
+
+
+def summarize(results: list[dict[str, Any]], **info: Any) -> dict[str, Any]:
+    """Aggregate figures over ``results.jsonl`` records (also used for live progress)."""
+    total = len(results)
+    solved = sum(1 for r in results if (r.get("reward") or 0) >= 1.0)
+    kinds = Counter(r["failure_kind"] for r in results if r.get("failure_kind"))
+    p50: dict[str, float] = {}
+    for phase in (*PHASES, "total_s"):
+        vals = [r["timings"][phase] for r in results if phase in (r.get("timings") or {})]
+        if vals:
+            p50[phase] = round(statistics.median(vals), 3)
+    metrics = [r.get("metrics") or {} for r in results]
+    return {
+        **info,
+        "total": total,
+        "solved": solved,
+        "mean_reward": round(sum(r.get("reward") or 0 for r in results) / total, 4) if total else 0.0,
+        "failures_by_kind": dict(kinds),
+        "timings_p50": p50,
+        "samples": sum(r.get("num_segments") or 0 for r in results),
+        "tokens_generated": sum(m.get("tokens_generated") or 0 for m in metrics),
+        "tokens_trained": sum(m.get("tokens_trained") or 0 for m in metrics),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }

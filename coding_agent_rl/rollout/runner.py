@@ -1,0 +1,290 @@
+"""One rollout: adapter session -> agent sandbox -> diff -> clean-sandbox grading -> Samples.
+
+Failure policy (``failure_kind``):
+
+* ``infra`` — the sandbox could not be created or vanished, the agent could not be installed,
+  the policy server failed (the adapter saw upstream errors), the agent produced no model turn,
+  grading could not run or parse. The rollout returns one aborted placeholder
+  (``remove_sample=True``) and is retried within ``RolloutConfig.infra_retries``.
+* ``model`` — the model's own outcome: a diff that does not apply, tests that fail, a budget
+  overrun. The samples are kept for training with reward 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import pathlib
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from coding_agent_rl.grading import capture_diff, grade, scrub_git
+from coding_agent_rl.harness import HarnessContext
+from coding_agent_rl.rollout.prompt import PROBLEM_FILE, render_prompt
+from coding_agent_rl.rollout.timing import Timings
+from coding_agent_rl.sandbox import SandboxError, create_sandbox
+from coding_agent_rl.trajectory import build_samples
+from coding_agent_rl.types import Sample, Status, aborted_sample
+
+log = logging.getLogger(__name__)
+
+
+class InfraFailure(Exception):
+    """A failure that is not the model's: the rollout is dropped from training and retried."""
+
+
+@dataclasses.dataclass
+class RolloutConfig:
+    backend: str = "docker"
+    sandbox_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    agent_budget_s: float = 1800.0
+    eval_timeout_s: float = 600.0
+    deadline_s: float | None = None  # whole-rollout guard; default agent + eval + 180 s
+    infra_retries: int = 1
+    reward_mode: str = "full"
+    max_context: int | None = None
+    max_turns: int | None = None
+    prompt_template: str | None = None
+    model_name: str = "policy"
+    out_dir: pathlib.Path | None = None  # per-rollout artifacts (diff, agent log, test log)
+
+    @property
+    def deadline(self) -> float:
+        return self.deadline_s or self.agent_budget_s + self.eval_timeout_s + 180.0
+
+
+@dataclasses.dataclass
+class RolloutOutcome:
+    samples: list[Sample]
+    record: dict[str, Any]  # one line of results.jsonl
+
+
+# Called with (session_id, row) once the adapter session is open, e.g. to hand the replay
+# policy the task's gold patch.
+SessionHook = Callable[[str, Any], Awaitable[None]]
+
+
+class RolloutRunner:
+    """Runs rollouts against one adapter and one harness; safe to use concurrently."""
+
+    def __init__(
+        self,
+        *,
+        adapter: Any,
+        adapter_url: str,
+        harness: Any,
+        config: RolloutConfig,
+        decode: Callable[[list[int]], str] | None = None,
+        on_session_open: SessionHook | None = None,
+        run_id: str | None = None,
+    ):
+        self.adapter = adapter
+        self.adapter_url = adapter_url
+        self.harness = harness
+        self.config = config
+        self.decode = decode
+        self.on_session_open = on_session_open
+        self.run_id = run_id or uuid.uuid4().hex[:8]
+
+    async def run(
+        self, row: Any, base: Sample, *, sampling_params: dict[str, Any] | None = None,
+        evaluation: bool = False,
+    ) -> RolloutOutcome:
+        """Never raises for a per-rollout failure (cancellation still propagates)."""
+        attempts = self.config.infra_retries + 1
+        outcome: RolloutOutcome | None = None
+        for attempt in range(attempts):
+            outcome = await self._attempt(row, base, attempt, sampling_params, evaluation)
+            if outcome.record["failure_kind"] != "infra":
+                break
+            log.warning(
+                "rollout %s/%s infra failure (attempt %d/%d): %s", row.instance_id, base.index,
+                attempt + 1, attempts, outcome.record["abort_reason"],
+            )
+        assert outcome is not None
+        outcome.record["retries"] = attempt
+        outcome.record.setdefault("metrics", {})["retries"] = attempt
+        return outcome
+
+    async def _attempt(
+        self, row: Any, base: Sample, attempt: int, sampling_params: dict[str, Any] | None,
+        evaluation: bool,
+    ) -> RolloutOutcome:
+        sid = f"{self.run_id}-{row.instance_id}-{base.index}-{attempt}-{uuid.uuid4().hex[:6]}"
+        timings = Timings()
+        record: dict[str, Any] = {
+            "rollout_id": base.rollout_id if base.rollout_id is not None else base.index,
+            "instance_id": row.instance_id,
+            "sample_index": base.index,
+            "group_index": base.group_index,
+            "session_id": sid,
+            "reward": 0.0,
+            "failure_kind": None,
+            "abort_reason": None,
+            "agent_exit_code": None,
+            "agent_timed_out": None,
+        }
+        art = self._artifact_dir(row, base)
+        self.adapter.sessions.open(
+            sid, sampling_defaults=sampling_params, max_turns=self.config.max_turns
+        )
+        try:
+            samples = await asyncio.wait_for(
+                self._pipeline(row, base, sid, record, timings, art, evaluation),
+                self.config.deadline,
+            )
+        except (InfraFailure, SandboxError) as e:
+            samples = self._abort(base, record, f"{type(e).__name__}: {e}", "infra")
+        except asyncio.TimeoutError:
+            samples = self._abort(base, record, f"rollout deadline {self.config.deadline:.0f}s", "infra")
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a bug must cost one rollout, not the batch
+            log.exception("rollout %s crashed", sid)
+            samples = self._abort(base, record, f"internal error: {type(e).__name__}: {e}", "infra")
+        finally:
+            with contextlib.suppress(Exception):
+                self.adapter.sessions.close(sid)
+        record["timings"] = timings.as_dict()
+        return RolloutOutcome(samples, record)
+
+    async def _pipeline(
+        self, row: Any, base: Sample, sid: str, record: dict[str, Any], timings: Timings,
+        art: pathlib.Path | None, evaluation: bool,
+    ) -> list[Sample]:
+        cfg = self.config
+        if self.on_session_open is not None:
+            await self.on_session_open(sid, row)
+        async with contextlib.AsyncExitStack() as stack:
+            with timings.phase("sandbox_s"):
+                try:
+                    sb = await stack.enter_async_context(
+                        create_sandbox(cfg.backend, row.image, **cfg.sandbox_options)
+                    )
+                except SandboxError as e:
+                    raise InfraFailure(f"sandbox: {e}") from e
+                await self._prepare_repo(sb, row)
+            with timings.phase("install_s"):
+                ctx = HarnessContext(
+                    adapter_url=self.adapter_url, session_id=sid, model=cfg.model_name,
+                    workdir=row.workdir, log_dir=art,
+                )
+                try:
+                    await self.harness.install(sb)
+                    await self.harness.configure(sb, ctx)
+                except SandboxError:
+                    raise
+                except Exception as e:
+                    raise InfraFailure(f"agent install: {e}") from e
+            with timings.phase("agent_s"):
+                prompt = render_prompt(row.problem_statement, row.workdir, cfg.prompt_template)
+                agent = await self.harness.run(sb, ctx, prompt, cfg.agent_budget_s)
+            record["agent_exit_code"] = agent.exit_code
+            record["agent_timed_out"] = agent.timed_out
+            self._check_agent(sid, agent)
+            with timings.phase("diff_s"):
+                diff = await capture_diff(sb, row.workdir)
+        # The agent sandbox is gone here: only the diff crosses over to grading.
+        self._write_artifact(art, "diff.patch", diff.text)
+        record["artifacts"] = self._artifacts(art, agent)
+        with timings.phase("grade_s"):
+            result = await grade(
+                row, diff.text, backend=cfg.backend, sandbox_options=cfg.sandbox_options,
+                timeout=cfg.eval_timeout_s,
+            )
+        self._write_artifact(art, "test_log.txt", result.test_log)
+        record.update(
+            reward=result.reward,
+            f2p_passed=result.f2p_passed, f2p_total=result.f2p_total,
+            p2p_passed=result.p2p_passed, p2p_total=result.p2p_total,
+            tests=result.tests, protected_paths_touched=result.protected_paths_touched,
+            apply_method=result.apply_method, tests_s=result.tests_s,
+            diff_truncated=diff.truncated_reason,
+        )
+        if result.failure_kind == "infra":
+            raise InfraFailure(f"grading: {result.reason}")
+        record["failure_kind"] = result.failure_kind if result.reward < 1.0 else None
+        if result.reward < 1.0:
+            record["abort_reason"] = None
+            record["fail_reason"] = result.reason
+        return self._samples(row, base, sid, record, result.reward, evaluation)
+
+    async def _prepare_repo(self, sb: Any, row: Any) -> None:
+        for cmd in row.pre_commands:
+            res = await sb.exec(cmd, cwd=row.workdir, timeout=300)
+            if not res.ok:
+                raise InfraFailure(f"pre_command {cmd!r} exited {res.exit_code}: {res.stderr[-500:]}")
+        await scrub_git(sb, row.workdir, row.base_commit)
+        await sb.write_file(f"{row.workdir}/{PROBLEM_FILE}", row.problem_statement)
+
+    def _check_agent(self, sid: str, agent: Any) -> None:
+        turns = self.adapter.sessions.turns(sid)
+        upstream_errors = self.adapter.sessions.upstream_errors(sid)
+        if upstream_errors and agent.exit_code != 0:
+            raise InfraFailure(f"policy server failed {upstream_errors}x; agent exited {agent.exit_code}")
+        if not turns:
+            tail = (agent.log_tail or "")[-300:]
+            raise InfraFailure(f"agent made no model call (exit {agent.exit_code}): {tail}")
+
+    def _samples(
+        self, row: Any, base: Sample, sid: str, record: dict[str, Any], reward: float,
+        evaluation: bool,
+    ) -> list[Sample]:
+        turns = self.adapter.sessions.turns(sid)
+        base = dataclasses.replace(
+            base, session_id=sid,
+            metadata={**base.metadata, "instance_id": row.instance_id, "failure_kind": record["failure_kind"]},
+        )
+        samples = build_samples(
+            turns, base, reward=reward, reward_mode=self.config.reward_mode,
+            max_context=self.config.max_context, decode=self.decode,
+        )
+        trained = sum(sum(s.loss_mask or []) for s in samples)
+        record.update(
+            num_segments=len(samples), turns=len(turns),
+            metrics={
+                "tokens_generated": sum(len(t.output_ids) for t in turns),
+                "tokens_trained": trained,
+                "truncation_reason": next(
+                    (s.metadata.get("truncation_reason") or "length" for s in samples
+                     if s.status == Status.TRUNCATED), None,
+                ),
+            },
+        )
+        if evaluation:
+            # slime's eval path wants one scored sample per prompt.
+            final = samples[-1] if samples else base
+            return [dataclasses.replace(final, reward=reward)]
+        if not samples:
+            raise InfraFailure("no trainable sample (no sampled token survived the context budget)")
+        return samples
+
+    def _abort(self, base: Sample, record: dict[str, Any], reason: str, kind: str) -> list[Sample]:
+        record.update(failure_kind=kind, abort_reason=reason, reward=0.0)
+        record.setdefault("num_segments", 0)
+        return [aborted_sample(base, reason, kind, instance_id=record["instance_id"])]
+
+    def _artifact_dir(self, row: Any, base: Sample) -> pathlib.Path | None:
+        if self.config.out_dir is None:
+            return None
+        d = self.config.out_dir / "rollouts" / f"{row.instance_id}__{base.index}"
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def _write_artifact(self, art: pathlib.Path | None, name: str, text: str | None) -> None:
+        if art is not None and text is not None:
+            (art / name).write_text(text)
+
+    def _artifacts(self, art: pathlib.Path | None, agent: Any) -> dict[str, str]:
+        if art is None or self.config.out_dir is None:
+            return {}
+        root = self.config.out_dir
+        out = {"diff": str((art / "diff.patch").relative_to(root))}
+        if getattr(agent, "host_log_path", None):
+            out["agent_log"] = str(pathlib.Path(agent.host_log_path).relative_to(root))
+        out["test_log"] = str((art / "test_log.txt").relative_to(root))
+        return out
+

@@ -1,0 +1,99 @@
+"""Everything a process needs once to run rollouts: tokenizer, policy, adapter, harness."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import pathlib
+from typing import Any
+
+from coding_agent_rl.rollout.runner import RolloutConfig, RolloutRunner
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class RuntimeConfig:
+    agent: str = "claude_code"
+    sglang_url: str | None = None  # a real SGLang server / router
+    policy: str | None = None  # or a CPU policy: replay | scripted:FILE | hf:DIR
+    tokenizer: str = "qwen3"
+    tool_parser: str = "qwen25"
+    reasoning_parser: str | None = "qwen3"
+    sampling_defaults: dict[str, Any] = dataclasses.field(default_factory=dict)
+    adapter_port: int = 0  # 0: ephemeral
+    harness_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
+    in_thread: bool = False  # serve the adapter from its own thread (slime's event loop is busy)
+
+    def __post_init__(self) -> None:
+        if bool(self.sglang_url) == bool(self.policy):
+            raise ValueError("give exactly one of sglang_url (a served policy) or policy (a CPU policy)")
+
+
+class Runtime:
+    """Start with ``await rt.start()``; then ``rt.runner.run(row, sample)`` per rollout."""
+
+    def __init__(self, config: RuntimeConfig):
+        self.config = config
+        self.policy_server: Any = None
+        self.adapter: Any = None
+        self.runner: RolloutRunner | None = None
+        self.tokenizer: Any = None
+
+    async def start(self) -> Runtime:
+        from coding_agent_rl.adapter.render import Renderer
+        from coding_agent_rl.adapter.server import AdapterServer
+        from coding_agent_rl.harness import adapter_bind_host, adapter_public_url, get_harness
+        from coding_agent_rl.policy.tokenizer import load_tokenizer
+
+        cfg = self.config
+        self.tokenizer = load_tokenizer(cfg.tokenizer)
+        sglang_url = cfg.sglang_url
+        on_open = None
+        if cfg.policy:
+            from coding_agent_rl.policy import PolicyServer, make_policy
+
+            policy = make_policy(cfg.policy, tokenizer=self.tokenizer, tool_parser=cfg.tool_parser)
+            self.policy_server = PolicyServer(policy, self.tokenizer, tool_parser=cfg.tool_parser)
+            sglang_url = await self.policy_server.start("127.0.0.1", 0)
+            if hasattr(policy, "register"):
+                async def on_open(sid: str, row: Any) -> None:
+                    policy.register(sid, patch=row.patch or "", workdir=row.workdir)
+        self.adapter = AdapterServer(
+            renderer=Renderer(self.tokenizer),
+            sglang_url=sglang_url,
+            tool_parser=cfg.tool_parser,
+            reasoning_parser=cfg.reasoning_parser,
+            max_context=cfg.rollout.max_context,
+            sampling_defaults=cfg.sampling_defaults,
+            model_name=cfg.rollout.model_name,
+        )
+        backend = cfg.rollout.backend
+        bind = adapter_bind_host(backend)
+        port = cfg.adapter_port or int(os.environ.get("ADAPTER_PORT", "0"))
+        if cfg.in_thread:
+            local_url = self.adapter.start_in_thread(bind, port)
+        else:
+            local_url = await self.adapter.start(bind, port)
+        public_url = adapter_public_url(backend, int(local_url.rsplit(":", 1)[1]))
+        log.info("adapter listening on %s (sandboxes reach it at %s)", local_url, public_url)
+        harness = get_harness(cfg.agent, **cfg.harness_options)
+        self.runner = RolloutRunner(
+            adapter=self.adapter, adapter_url=public_url, harness=harness, config=cfg.rollout,
+            decode=lambda ids: self.tokenizer.decode(ids), on_session_open=on_open,
+        )
+        return self
+
+    async def stop(self) -> None:
+        if self.adapter is not None:
+            await self.adapter.stop()
+        if self.policy_server is not None:
+            await self.policy_server.stop()
+
+
+def out_dir(path: str | os.PathLike[str]) -> pathlib.Path:
+    p = pathlib.Path(path)
+    p.mkdir(parents=True, exist_ok=True)
+    return p
