@@ -17,6 +17,7 @@ apt_install() {  # apt_install PKG... (only as root with apt-get; quiet)
 need=()
 command -v bwrap >/dev/null || need+=(bubblewrap)
 command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v chromium >/dev/null || need+=(chromium)  # headless browser for the HTML report tests
 ((${#need[@]})) && { echo "setup-env: installing ${need[*]}" >&2; apt_install "${need[@]}" || true; }
 
 rc=0; bash scripts/ensure-docker.sh || rc=$?
