@@ -1,0 +1,167 @@
+"""One agent request over HTTP: admit the session, render, generate, reply, then record.
+
+The reply is written before the turn is recorded. While SGLang works, the request watches its
+client: a hang-up cancels the generation (the SGLang client then sends ``/abort_request``) and
+nothing is recorded (logged as 499); streams get heartbeats so client idle timeouts never fire.
+Every error reaches the client in its own wire format (an error event once a stream started).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+from aiohttp import web
+
+from coding_agent_rl.adapter.errors import AdapterError, BadRequest, ClientGone, TooLarge
+from coding_agent_rl.adapter.sessions import SessionStore
+from coding_agent_rl.adapter.turns import TurnEngine
+from coding_agent_rl.adapter.wire import WireFormat
+
+log = logging.getLogger(__name__)
+
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+# Refusals the agent CLI must not retry (the rollout is over or misconfigured). Anthropic's and
+# OpenAI's SDKs honour this header; without it Claude Code retries a 429 for minutes.
+NO_RETRY_STATUSES = (401, 404, 413, 429, 503)
+
+
+def header_session_id(request: web.Request) -> str | None:
+    auth = request.headers.get("Authorization", "")
+    if auth[:7].lower() == "bearer " and auth[7:].strip():
+        return auth[7:].strip()
+    key = request.headers.get("x-api-key", "").strip()
+    return key or None
+
+
+def _client_gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
+async def _write(resp: web.StreamResponse, data: bytes, *, eof: bool = False) -> None:
+    try:
+        await resp.write(data)
+        if eof:
+            await resp.write_eof()
+    except ConnectionError as e:
+        raise ClientGone() from e
+
+
+async def read_json(request: web.Request, max_size: int) -> dict[str, Any]:
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge as e:
+        raise TooLarge(f"request body exceeds {max_size} bytes") from e
+    try:
+        body = json.loads(raw)
+    except ValueError as e:
+        raise BadRequest(f"malformed JSON body: {e}") from e
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be a JSON object")
+    return body
+
+
+def error_response(wire: WireFormat, err: AdapterError) -> web.Response:
+    headers = {"x-should-retry": "false"} if err.status in NO_RETRY_STATUSES else {}
+    if err.status >= 500:
+        log.warning("%s %s: %s", wire.name, err.status, err.message)
+    return web.json_response(wire.error_body(err), status=err.status, headers=headers)
+
+
+class TurnHandler:
+    def __init__(
+        self,
+        sessions: SessionStore,
+        engine: TurnEngine,
+        *,
+        max_body: int,
+        heartbeat_s: float,
+        poll_s: float,
+    ):
+        self.sessions = sessions
+        self.engine = engine
+        self.max_body = max_body
+        self.heartbeat_s = heartbeat_s
+        self.poll_s = poll_s
+
+    async def handle(self, request: web.Request, wire_cls: type[WireFormat]) -> web.StreamResponse:
+        wire = wire_cls()
+        session = None
+        resp: web.StreamResponse | None = None
+        try:
+            body = await read_json(request, self.max_body)
+            req = wire.parse(body)
+            session = self.sessions.admit(header_session_id(request) or wire.session_hint(body))
+            prepared = await self.engine.prepare(session, self.sessions.snapshot(session), req)
+            if req.stream:
+                resp = web.StreamResponse(headers=SSE_HEADERS)
+                try:
+                    await resp.prepare(request)
+                except ConnectionError as e:
+                    raise ClientGone() from e
+                await _write(resp, wire.stream_open(req.model, len(prepared.prompt_ids)))
+            generation = self.engine.generate(prepared, session.sid)
+            gen = await self._wait(request, resp, wire, generation)
+            reply, recorded = self.engine.finish(session, prepared, gen, wire.name)
+            if resp is not None:
+                await _write(resp, wire.stream_reply(reply), eof=True)
+            else:
+                resp = await self._send_json(request, wire.json_body(reply))
+            self.sessions.release(session, recorded)  # reply first, then record
+            session = None
+            return resp
+        except ClientGone:
+            sid = session.sid if session else "?"
+            log.info("499 client gone before the reply was written (session %s): turn dropped", sid)
+            return resp if resp is not None else web.Response(status=499)
+        except Exception as e:
+            err = e if isinstance(e, AdapterError) else AdapterError(f"adapter error: {e!r}")
+            if not isinstance(e, AdapterError):
+                log.exception("adapter failure")
+            if resp is None or not resp.prepared:
+                return error_response(wire, err)
+            try:  # the stream already started: an error event, so the CLI does not hang
+                await _write(resp, wire.stream_error(err), eof=True)
+            except ClientGone:
+                pass
+            return resp
+        finally:
+            if session is not None:
+                self.sessions.release(session, None)
+
+    async def _wait(
+        self, request: web.Request, resp: web.StreamResponse | None, wire: WireFormat, coro: Any
+    ) -> Any:
+        """Await ``coro``; cancel it (-> SGLang abort) if the client hangs up."""
+        task = asyncio.ensure_future(coro)
+        last_beat = time.monotonic()
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=self.poll_s)
+                if done:
+                    return task.result()
+                if _client_gone(request):
+                    raise ClientGone()
+                if resp is not None and time.monotonic() - last_beat >= self.heartbeat_s:
+                    await _write(resp, wire.heartbeat())
+                    last_beat = time.monotonic()
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+
+    async def _send_json(self, request: web.Request, payload: dict[str, Any]) -> web.Response:
+        if _client_gone(request):
+            raise ClientGone()
+        data = json.dumps(payload, ensure_ascii=False).encode()
+        resp = web.Response(body=data, content_type="application/json")
+        try:
+            await resp.prepare(request)
+            await resp.write_eof()
+        except ConnectionError as e:
+            raise ClientGone() from e
+        return resp

@@ -1,0 +1,191 @@
+"""The adapter: one aiohttp app serving Anthropic Messages, OpenAI Chat and OpenAI Responses.
+
+The route picks the wire format; :mod:`handler` runs the request. Sessions are resolved from
+``Authorization: Bearer`` -> ``x-api-key`` -> body ``metadata.session_id`` -> body ``user`` and
+opened by the rollout code through :attr:`AdapterServer.sessions`. The server runs on the
+caller's event loop (:meth:`start`) or on its own thread (:meth:`start_in_thread`, for slime).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import threading
+from typing import Any
+
+from aiohttp import web
+
+from coding_agent_rl.adapter.anthropic import AnthropicMessages
+from coding_agent_rl.adapter.errors import AdapterError
+from coding_agent_rl.adapter.handler import TurnHandler, error_response, read_json
+from coding_agent_rl.adapter.openai_chat import OpenAIChat
+from coding_agent_rl.adapter.openai_responses import OpenAIResponses
+from coding_agent_rl.adapter.render import Renderer
+from coding_agent_rl.adapter.sessions import SessionConfig, SessionStore
+from coding_agent_rl.adapter.sglang import SGLangClient
+from coding_agent_rl.adapter.turns import TurnEngine
+
+
+@dataclasses.dataclass
+class AdapterConfig:
+    sglang_url: str
+    tokenizer: Any = "qwen3"  # a spec for load_tokenizer, or a tokenizer object
+    renderer: Renderer | None = None  # overrides `tokenizer`
+    tool_parser: str | None = "qwen25"
+    reasoning_parser: str | None = "qwen3"
+    max_context: int | None = None
+    sampling_defaults: dict[str, Any] = dataclasses.field(
+        default_factory=lambda: {"max_new_tokens": 4096}
+    )
+    auto_open: bool = False
+    session_defaults: SessionConfig = dataclasses.field(default_factory=SessionConfig)
+    client_max_size: int = 64 * 1024 * 1024
+    model_name: str = "policy"
+    heartbeat_s: float = 15.0
+    poll_s: float = 0.1  # how often a waiting request checks that its client is still there
+    sglang_timeout_s: float = 3600.0
+    sglang_connect_retries: int = 4  # bounded exponential backoff from 0.5 s
+
+
+class AdapterServer:
+    def __init__(self, config: AdapterConfig, *, sessions: SessionStore | None = None):
+        self.config = config
+        self.sessions = sessions or SessionStore(
+            auto_open=config.auto_open, defaults=config.session_defaults
+        )
+        renderer = config.renderer
+        if renderer is None:
+            tokenizer = config.tokenizer
+            if isinstance(tokenizer, str):
+                from coding_agent_rl.policy.tokenizer import load_tokenizer
+
+                tokenizer = load_tokenizer(tokenizer)
+            # Our Qwen3-style template writes XML calls when asked; other templates ignore it.
+            xml = {"tool_call_format": "xml"} if config.tool_parser == "qwen3_coder" else {}
+            renderer = Renderer(tokenizer, template_kwargs=xml)
+        self.renderer = renderer
+        self.sglang = SGLangClient(
+            config.sglang_url,
+            timeout_s=config.sglang_timeout_s,
+            connect_retries=config.sglang_connect_retries,
+        )
+        self.engine = TurnEngine(
+            renderer,
+            self.sglang,
+            tool_parser=config.tool_parser,
+            reasoning_parser=config.reasoning_parser,
+            max_context=config.max_context,
+            sampling_defaults=config.sampling_defaults,
+        )
+        self.handler = TurnHandler(
+            self.sessions,
+            self.engine,
+            max_body=config.client_max_size,
+            heartbeat_s=config.heartbeat_s,
+            poll_s=config.poll_s,
+        )
+        self.app = self._build_app()
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _build_app(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.client_max_size)
+        r = app.router
+        r.add_get("/", self._ok)  # also answers HEAD (Claude Code's reachability probe)
+        r.add_get("/health", self._ok)
+        r.add_get("/v1/models", self._models)
+        turn = self.handler.handle
+        r.add_post("/v1/messages", functools.partial(turn, wire_cls=AnthropicMessages))
+        r.add_post("/v1/messages/count_tokens", self._count_tokens)
+        r.add_post("/v1/chat/completions", functools.partial(turn, wire_cls=OpenAIChat))
+        r.add_post("/v1/responses", functools.partial(turn, wire_cls=OpenAIResponses))
+        app.on_cleanup.append(lambda _app: self.sglang.close())
+        return app
+
+    # -- lifecycle --
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """Serve on ``host:port`` (0: any free port); returns the base URL (no ``/v1``)."""
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        bound = self._runner.addresses[0][1]
+        shown = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+        return f"http://{shown}:{bound}"
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def start_in_thread(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """Run the server on its own event loop in a daemon thread (for slime's process)."""
+        ready: dict[str, Any] = {}
+        started = threading.Event()
+
+        def main() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            try:
+                ready["url"] = loop.run_until_complete(self.start(host, port))
+            except BaseException as e:  # surfaced to the caller below
+                ready["error"] = e
+                loop.close()
+                started.set()
+                return
+            started.set()
+            loop.run_forever()
+            loop.run_until_complete(self.stop())
+            loop.close()
+
+        self._thread = threading.Thread(target=main, name="coding-agent-rl-adapter", daemon=True)
+        self._thread.start()
+        started.wait()
+        if "error" in ready:
+            raise ready["error"]
+        return ready["url"]
+
+    def stop_thread(self, timeout: float = 10.0) -> None:
+        if self._loop is not None and self._thread is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout)
+            self._thread = self._loop = None
+
+    # -- small routes --
+
+    async def _ok(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def _models(self, request: web.Request) -> web.Response:
+        name = self.config.model_name
+        model = {
+            "id": name,
+            "object": "model",
+            "type": "model",
+            "display_name": name,
+            "created": 0,
+            "created_at": "1970-01-01T00:00:00Z",
+            "owned_by": "coding-agent-rl",
+        }
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [model],
+                "has_more": False,
+                "first_id": name,
+                "last_id": name,
+            }
+        )
+
+    async def _count_tokens(self, request: web.Request) -> web.Response:
+        wire = AnthropicMessages()
+        try:
+            body = await read_json(request, self.config.client_max_size)
+            req = wire.parse({"max_tokens": 1, **body})
+        except AdapterError as err:
+            return error_response(wire, err)
+        count = await asyncio.to_thread(self.renderer.count, req.messages, req.tools or None)
+        return web.json_response({"input_tokens": count})

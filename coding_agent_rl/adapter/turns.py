@@ -1,0 +1,194 @@
+"""One agent turn, wire-neutral: render the prompt, generate, parse, build the Turn record.
+
+Rendering is where token-exactness is won or lost. A request that continues a recorded turn T
+(its messages start with ``T.messages + [T.assistant]``, same tools, and only tool/user/system
+messages follow) reuses ``T.prompt_ids + T.output_ids`` verbatim and renders only the new
+messages; anything else (compaction, a subagent's own conversation, an edited history) is
+rendered in full with ``parent=None`` and left to the trajectory layer to split.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from typing import Any
+
+from coding_agent_rl.adapter.canonical import message_key, tools_key
+from coding_agent_rl.adapter.parsers import parse_assistant
+from coding_agent_rl.adapter.render import Renderer
+from coding_agent_rl.adapter.sessions import RecordedTurn, Session, SessionConfig
+from coding_agent_rl.adapter.sglang import Generation, SGLangClient, empty_length_generation
+from coding_agent_rl.adapter.wire import Reply, WireRequest
+from coding_agent_rl.trajectory.turn import Turn
+
+log = logging.getLogger(__name__)
+
+APPENDABLE_ROLES = ("user", "tool", "system")
+# Full renders of long histories take tens of ms; above this many messages run them off the loop.
+THREAD_RENDER_MIN_MESSAGES = 8
+
+
+@dataclasses.dataclass
+class PreparedTurn:
+    request: WireRequest
+    prompt_ids: list[int]
+    parent: int | None
+    keys: tuple[bytes, ...]
+    tools_key: bytes
+    sampling: dict[str, Any]
+    budget_left: bool
+
+
+def find_parent(
+    recorded: list[RecordedTurn], keys: tuple[bytes, ...], tkey: bytes, messages: list[dict]
+) -> RecordedTurn | None:
+    """The most recent turn this conversation continues with only appended tool/user messages."""
+    for rec in reversed(recorded):
+        n = len(rec.prefix_keys)
+        if rec.tools_key != tkey or len(keys) <= n or keys[:n] != rec.prefix_keys:
+            continue
+        if all(m.get("role") in APPENDABLE_ROLES for m in messages[n:]):
+            return rec
+    return None
+
+
+def sampling_params(
+    server_defaults: dict[str, Any],
+    config: SessionConfig,
+    requested: dict[str, Any],
+    prompt_len: int,
+    max_context: int | None,
+    stop_token_ids: list[int],
+) -> tuple[dict[str, Any], bool]:
+    """SGLang sampling params and whether any room is left for output.
+
+    Order: server defaults < session defaults < the request < session-fixed values; a fixed
+    ``max_new_tokens`` is a cap. The context budget caps ``max_new_tokens`` at
+    ``max_context - len(prompt)``.
+    """
+    fixed = dict(config.sampling_fixed)
+    cap = fixed.pop("max_new_tokens", None)
+    params = {**server_defaults, **config.sampling_defaults, **requested, **fixed}
+    limits = [v for v in (params.get("max_new_tokens"), cap) if v is not None]
+    if max_context is not None:
+        limits.append(max_context - prompt_len)
+    if limits:
+        params["max_new_tokens"] = max(0, int(min(limits)))
+    params["stop_token_ids"] = sorted({*(params.get("stop_token_ids") or []), *stop_token_ids})
+    # Decoding is done here from the ids; SGLang's text is not used.
+    params.setdefault("skip_special_tokens", False)
+    return params, params.get("max_new_tokens", 1) > 0
+
+
+class TurnEngine:
+    def __init__(
+        self,
+        renderer: Renderer,
+        sglang: SGLangClient,
+        *,
+        tool_parser: str | None,
+        reasoning_parser: str | None,
+        max_context: int | None = None,
+        sampling_defaults: dict[str, Any] | None = None,
+    ):
+        self.renderer = renderer
+        self.tokenizer = renderer.tokenizer
+        self.sglang = sglang
+        self.tool_parser = tool_parser
+        self.reasoning_parser = reasoning_parser
+        self.max_context = max_context
+        self.sampling_defaults = dict(sampling_defaults or {})
+
+    async def prepare(
+        self, session: Session, recorded: list[RecordedTurn], request: WireRequest
+    ) -> PreparedTurn:
+        messages, tools = request.messages, request.tools
+        keys = tuple(message_key(m) for m in messages)
+        tkey = tools_key(tools)
+        parent = find_parent(recorded, keys, tkey, messages)
+        if parent is not None:
+            prev = parent.turn
+            new = messages[len(parent.prefix_keys) :]
+            prompt_ids = self.renderer.extend(
+                prev.prompt_ids + prev.output_ids, prev.finish_reason, new, tools or None
+            )
+        elif len(messages) >= THREAD_RENDER_MIN_MESSAGES:
+            prompt_ids = await asyncio.to_thread(self.renderer.render, messages, tools or None)
+        else:
+            prompt_ids = self.renderer.render(messages, tools or None)
+        max_context = session.config.max_context or self.max_context
+        sampling, room = sampling_params(
+            self.sampling_defaults,
+            session.config,
+            request.sampling,
+            len(prompt_ids),
+            max_context,
+            self.renderer.stop_token_ids,
+        )
+        return PreparedTurn(
+            request=request,
+            prompt_ids=prompt_ids,
+            parent=parent.turn.index if parent else None,
+            keys=keys,
+            tools_key=tkey,
+            sampling=sampling,
+            budget_left=room,
+        )
+
+    async def generate(self, prepared: PreparedTurn, sid: str) -> Generation:
+        if not prepared.budget_left:  # the context is full: an empty `length` turn, no call
+            return empty_length_generation()
+        return await self.sglang.generate(prepared.prompt_ids, prepared.sampling, routing_key=sid)
+
+    def finish(
+        self, session: Session, prepared: PreparedTurn, gen: Generation, wire: str
+    ) -> tuple[Reply, RecordedTurn]:
+        text = self.tokenizer.decode(gen.output_ids, skip_special_tokens=False)
+        if gen.matched_stop and text.endswith(gen.matched_stop):
+            text = text[: -len(gen.matched_stop)]
+        request = prepared.request
+        parsed = parse_assistant(
+            text,
+            request.tools,
+            tool_parser=self.tool_parser,
+            reasoning_parser=self.reasoning_parser,
+            reasoning_started=self._prompt_opens_reasoning(prepared.prompt_ids),
+        )
+        if parsed.ill_formed:
+            log.info("session %s: ill-formed tool call: %s", session.sid, "; ".join(parsed.errors))
+        turn = Turn(
+            session_id=session.sid,
+            index=-1,  # assigned when recorded
+            messages=request.messages,
+            tools=request.tools,
+            prompt_ids=prepared.prompt_ids,
+            output_ids=gen.output_ids,
+            output_logprobs=gen.logprobs,
+            finish_reason=gen.finish_reason,
+            assistant=parsed.message,
+            ill_formed=parsed.ill_formed,
+            parent=prepared.parent,
+            wire=wire,
+            latency_s=gen.latency_s,
+        )
+        reply = Reply(
+            model=request.model,
+            message=parsed.message,
+            finish_reason=gen.finish_reason,
+            prompt_tokens=len(prepared.prompt_ids),
+            completion_tokens=len(gen.output_ids),
+            matched_stop=gen.matched_stop,
+            cached_tokens=gen.cached_tokens,
+        )
+        recorded = RecordedTurn(
+            turn=turn,
+            prefix_keys=(*prepared.keys, message_key(parsed.message)),
+            tools_key=prepared.tools_key,
+        )
+        return reply, recorded
+
+    def _prompt_opens_reasoning(self, prompt_ids: list[int]) -> bool:
+        """Whether the generation prompt already opened ``<think>`` (some templates do)."""
+        tail = self.tokenizer.decode(prompt_ids[-4:], skip_special_tokens=False)
+        return tail.rstrip().endswith("<think>")

@@ -1,0 +1,143 @@
+"""A CPU server speaking SGLang's native API (``/generate``, ``/abort_request``, ``/health``,
+``/model_info``) in front of a pluggable :class:`Policy`; plus ``POST /policy/sessions/{sid}``
+for per-session policy data (the replay policy's gold patch)."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Any
+
+from aiohttp import web
+
+from coding_agent_rl.policy.base import GenerateRequest, Policy, PolicyEnv
+
+log = logging.getLogger(__name__)
+
+ROUTING_HEADER = "X-SMG-Routing-Key"
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": {"message": message, "code": status}}, status=status)
+
+
+class PolicyServer:
+    def __init__(self, policy: Policy, tokenizer: Any = "qwen3", tool_parser: str = "qwen25"):
+        if isinstance(tokenizer, str):
+            from coding_agent_rl.policy.tokenizer import load_tokenizer
+
+            self.tokenizer_path = tokenizer
+            tokenizer = load_tokenizer(tokenizer)
+        else:
+            self.tokenizer_path = getattr(tokenizer, "name_or_path", "")
+        self.policy = policy
+        self.env = PolicyEnv(tokenizer=tokenizer, tool_parser=tool_parser)
+        self.in_flight: dict[str, GenerateRequest] = {}
+        self.aborted_rids: list[str] = []  # every rid /abort_request named (for inspection)
+        self.app = self._build_app()
+        self._runner: web.AppRunner | None = None
+
+    def _build_app(self) -> web.Application:
+        app = web.Application(client_max_size=256 * 1024 * 1024)
+        app.router.add_post("/generate", self._generate)
+        app.router.add_post("/abort_request", self._abort)
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/health_generate", self._health)
+        app.router.add_get("/model_info", self._model_info)
+        app.router.add_get("/get_model_info", self._model_info)
+        app.router.add_post("/policy/sessions/{sid}", self._register)
+        return app
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, host, port).start()
+        return f"http://{host}:{self._runner.addresses[0][1]}"
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def register(self, sid: str, **data: Any) -> None:
+        self.policy.register(sid, **data)
+
+    async def _generate(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(400, "malformed JSON")
+        if body.get("stream"):
+            return _error(400, "streaming is not supported by the CPU policy server")
+        input_ids = body.get("input_ids")
+        if input_ids is None and isinstance(body.get("text"), str):
+            input_ids = self.env.encode(body["text"])
+        if not isinstance(input_ids, list) or not all(isinstance(t, int) for t in input_ids):
+            return _error(400, "input_ids must be one flat list of token ids")
+        sampling = {k: v for k, v in (body.get("sampling_params") or {}).items() if v is not None}
+        rid = str(body.get("rid") or uuid.uuid4().hex)
+        req = GenerateRequest(rid, request.headers.get(ROUTING_HEADER, ""), input_ids, sampling)
+        self.in_flight[rid] = req
+        started = time.monotonic()
+        try:
+            done = await self.policy.generate(req, self.env)
+        except Exception as e:
+            log.exception("policy %s failed", self.policy.name)
+            return _error(500, f"policy {self.policy.name} failed: {e}")
+        finally:
+            self.in_flight.pop(rid, None)
+        decode = self.env.tokenizer.decode
+        meta = {
+            "id": rid,
+            "finish_reason": done.finish,
+            "prompt_tokens": len(input_ids),
+            "completion_tokens": len(done.output_ids),
+            "cached_tokens": 0,
+            "e2e_latency": time.monotonic() - started,
+        }
+        if body.get("return_logprob"):
+            meta["output_token_logprobs"] = [
+                [lp, tid, None] for lp, tid in zip(done.logprobs, done.output_ids, strict=True)
+            ]
+        return web.json_response(
+            {
+                "text": decode(done.output_ids, skip_special_tokens=True),
+                "output_ids": done.output_ids,
+                "meta_info": meta,
+            }
+        )
+
+    async def _abort(self, request: web.Request) -> web.Response:
+        try:
+            rid = str((await request.json()).get("rid") or "")
+        except ValueError:
+            return _error(400, "malformed JSON")
+        self.aborted_rids.append(rid)
+        for key, req in list(self.in_flight.items()):
+            if key.startswith(rid):  # SGLang matches by prefix
+                req.aborted.set()
+        return web.json_response({})
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _model_info(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "model_path": f"{self.policy.name}",
+                "tokenizer_path": self.tokenizer_path,
+                "is_generation": True,
+                "policy": self.policy.name,
+            }
+        )
+
+    async def _register(self, request: web.Request) -> web.Response:
+        try:
+            data = await request.json()
+            if not isinstance(data, dict):
+                raise ValueError("body must be a JSON object")
+            self.register(request.match_info["sid"], **data)
+        except (ValueError, TypeError) as e:
+            return _error(400, str(e))
+        return web.json_response({"registered": request.match_info["sid"]})

@@ -1,0 +1,242 @@
+"""The adapter <-> SGLang boundary, against an SGLang stand-in (no GPU SGLang can run here):
+request shape, context budget, client disconnects (abort + 499, turn not recorded), retries."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+
+import aiohttp
+import pytest
+from adapter_clients import BASH, anthropic_reply, parse_sse, post, recorded
+from sglang_stand_in import SGLangStandIn
+
+from coding_agent_rl.adapter.errors import UpstreamError
+from coding_agent_rl.adapter.server import AdapterConfig, AdapterServer
+from coding_agent_rl.adapter.sglang import SGLangClient
+
+BODY = {
+    "model": "m",
+    "max_tokens": 300,
+    "tools": [BASH],
+    "messages": [{"role": "user", "content": "hello there"}],
+}
+
+
+@pytest.fixture
+async def stand_in_stack(renderer):
+    started: list = []
+
+    async def start(stand_in: SGLangStandIn, **config):
+        sglang_url = await stand_in.start()
+        adapter = AdapterServer(AdapterConfig(sglang_url=sglang_url, renderer=renderer, **config))
+        url = await adapter.start()
+        started.extend([stand_in, adapter])
+        adapter.sessions.open("s1")
+        return adapter, url
+
+    yield start
+    for server in reversed(started):
+        await server.stop()
+
+
+def ids_of(renderer, text: str) -> list[int]:
+    end = renderer.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    return [*renderer.tokenizer.encode(text, add_special_tokens=False), end]
+
+
+async def test_generate_request_shape_with_sglang_stand_in(stand_in_stack, renderer):
+    stand_in = SGLangStandIn(ids_of(renderer, "Hi!"))
+    adapter, url = await stand_in_stack(
+        stand_in, sampling_defaults={"temperature": 1.0, "top_k": 20}
+    )
+    body = {**BODY, "temperature": 0.6, "top_p": 0.9, "stop_sequences": ["STOP"]}
+    for _ in range(2):
+        status, _, text = await post(f"{url}/v1/messages", body)
+        assert status == 200
+    reply = json.loads(text)
+    assert reply["content"] == [{"type": "text", "text": "Hi!"}]
+    assert reply["usage"]["cache_read_input_tokens"] == 3
+    first, second = stand_in.generate_calls
+    turn = (await recorded(adapter, "s1"))[0]
+    sent = first["body"]
+    assert sent["input_ids"] == turn.prompt_ids and sent["return_logprob"] is True
+    assert first["headers"]["X-SMG-Routing-Key"] == "s1"
+    assert sent["rid"] != second["body"]["rid"] and len(sent["rid"]) >= 16
+    params = sent["sampling_params"]
+    assert params["max_new_tokens"] == 300
+    assert (params["temperature"], params["top_p"], params["top_k"]) == (0.6, 0.9, 20)
+    assert params["stop"] == ["STOP"]
+    assert renderer.tokenizer.convert_tokens_to_ids("<|im_end|>") in params["stop_token_ids"]
+    assert turn.output_ids == stand_in.output_ids
+    assert turn.output_logprobs == [-0.25] * len(stand_in.output_ids)
+
+
+async def test_session_sampling_defaults_and_fixed_values(stand_in_stack, renderer):
+    stand_in = SGLangStandIn(ids_of(renderer, "ok"))
+    adapter, url = await stand_in_stack(stand_in)
+    adapter.sessions.open(
+        "s2",
+        sampling_defaults={"top_p": 0.5, "max_new_tokens": 50},
+        sampling_fixed={"temperature": 1.0, "max_new_tokens": 100},
+    )
+    await post(f"{url}/v1/messages", {**BODY, "temperature": 0.1, "max_tokens": 64000}, sid="s2")
+    await post(
+        f"{url}/v1/chat/completions",
+        {"model": "m", "messages": [{"role": "user", "content": "x"}]},
+        sid="s2",
+    )
+    a, b = (c["body"]["sampling_params"] for c in stand_in.generate_calls)
+    assert (a["temperature"], a["top_p"], a["max_new_tokens"]) == (1.0, 0.5, 100)
+    assert (b["temperature"], b["top_p"], b["max_new_tokens"]) == (1.0, 0.5, 50)
+
+
+async def test_context_budget_caps_max_new_tokens(stand_in_stack, renderer):
+    stand_in = SGLangStandIn(ids_of(renderer, "ok"))
+    adapter, url = await stand_in_stack(stand_in)
+    prompt_len = renderer.count(
+        [{"role": "user", "content": "hello there"}],
+        [
+            {
+                "type": "function",
+                "function": {
+                    "name": "Bash",
+                    "description": "Run a shell command.",
+                    "parameters": BASH["input_schema"],
+                },
+            }
+        ],
+    )
+    adapter.sessions.open("s2", max_context=prompt_len + 7)
+    await post(f"{url}/v1/messages", BODY, sid="s2")
+    assert stand_in.generate_calls[0]["body"]["sampling_params"]["max_new_tokens"] == 7
+    assert len(stand_in.generate_calls[0]["body"]["input_ids"]) == prompt_len
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+async def test_exhausted_context_gives_empty_length_turn_without_calling_sglang(
+    stand_in_stack, renderer, stream
+):
+    stand_in = SGLangStandIn(ids_of(renderer, "never"))
+    adapter, url = await stand_in_stack(stand_in, max_context=20)
+    status, _, text = await post(f"{url}/v1/messages", {**BODY, "stream": stream})
+    assert status == 200
+    reply = anthropic_reply(text, stream)
+    assert reply["stop_reason"] == "max_tokens" and reply["content"] == []
+    assert stand_in.generate_calls == []
+    (turn,) = await recorded(adapter, "s1")
+    assert turn.output_ids == [] and turn.finish_reason == "length"
+    assert len(turn.prompt_ids) > 20
+
+
+async def test_client_disconnect_mid_stream_aborts_sglang_stand_in(stand_in_stack, renderer):
+    stand_in = SGLangStandIn(ids_of(renderer, "late"), hold=True)
+    adapter, url = await stand_in_stack(stand_in)
+    async with aiohttp.ClientSession() as http:
+        resp = await http.post(
+            f"{url}/v1/messages",
+            json={**BODY, "stream": True},
+            headers={"Authorization": "Bearer s1"},
+        )
+        assert resp.status == 200
+        first = await resp.content.readuntil(b"\n\n")
+        assert b"message_start" in first
+        await asyncio.wait_for(stand_in.started.wait(), 10)
+        resp.close()  # the CLI goes away mid-generation
+    for _ in range(100):
+        if stand_in.aborted:
+            break
+        await asyncio.sleep(0.05)
+    rid = stand_in.generate_calls[0]["body"]["rid"]
+    assert stand_in.aborted == [rid]
+    await asyncio.sleep(0.2)
+    assert (await recorded(adapter, "s1")) == []  # 499: not recorded
+    # The aborted request no longer counts against the turn cap.
+    adapter.sessions.open("s3", max_turns=1)
+    stand_in.hold = False
+    assert (await post(f"{url}/v1/messages", BODY, sid="s3"))[0] == 200
+
+
+async def test_client_timeout_in_json_mode_aborts_sglang_stand_in(stand_in_stack, renderer):
+    stand_in = SGLangStandIn(ids_of(renderer, "late"), hold=True)
+    adapter, url = await stand_in_stack(stand_in)
+    with pytest.raises(asyncio.TimeoutError):
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1.0)) as http:
+            await http.post(
+                f"{url}/v1/chat/completions",
+                json={"model": "m", "messages": [{"role": "user", "content": "x"}]},
+                headers={"Authorization": "Bearer s1"},
+            )
+    for _ in range(100):
+        if stand_in.aborted:
+            break
+        await asyncio.sleep(0.05)
+    assert stand_in.aborted == [stand_in.generate_calls[0]["body"]["rid"]]
+    assert (await recorded(adapter, "s1")) == []
+
+
+async def test_client_gone_after_generation_is_not_recorded(stand_in_stack, renderer):
+    """The reply is ready but the client already left: 499, no turn (and nothing to abort)."""
+    stand_in = SGLangStandIn(ids_of(renderer, "done"), delay_s=1.5)
+    adapter, url = await stand_in_stack(stand_in, poll_s=30.0)  # the wait loop won't notice
+    with pytest.raises(asyncio.TimeoutError):
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.5)) as http:
+            await http.post(f"{url}/v1/messages", json=BODY, headers={"Authorization": "Bearer s1"})
+    await asyncio.sleep(2.0)
+    assert len(stand_in.generate_calls) == 1 and stand_in.aborted == []
+    assert (await recorded(adapter, "s1")) == []
+
+
+async def test_sglang_abort_finish_is_recorded_and_reported_as_truncated(stand_in_stack, renderer):
+    stand_in = SGLangStandIn(ids_of(renderer, "x"), finish={"type": "abort", "message": "m"})
+    adapter, url = await stand_in_stack(stand_in)
+    _, _, text = await post(f"{url}/v1/responses", {"model": "m", "input": "x", "stream": True})
+    final = parse_sse(text)[-1][1]["response"]
+    assert final["status"] == "incomplete"
+    assert (await recorded(adapter, "s1"))[0].finish_reason == "abort"
+
+
+async def test_sglang_http_error_becomes_client_error(stand_in_stack, renderer):
+    stand_in = SGLangStandIn(ids_of(renderer, "x"), status=400)
+    _, url = await stand_in_stack(stand_in)
+    status, _, text = await post(f"{url}/v1/messages", BODY)
+    assert status == 502 and "stand-in refused" in json.loads(text)["error"]["message"]
+    assert len(stand_in.generate_calls) == 1  # a 400 is not retried
+
+
+async def test_sglang_client_retries_until_the_server_is_up(renderer):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    stand_in = SGLangStandIn(ids_of(renderer, "ok"))
+    client = SGLangClient(f"http://127.0.0.1:{port}", connect_retries=6, backoff_s=0.1)
+
+    async def start_late():
+        await asyncio.sleep(0.4)
+        await stand_in.start(port)
+
+    try:
+        gen, _ = await asyncio.gather(client.generate([1, 2, 3], {}, routing_key="k"), start_late())
+        assert gen.output_ids == stand_in.output_ids and gen.finish_reason == "stop"
+        dead = SGLangClient("http://127.0.0.1:1", connect_retries=1, backoff_s=0.01)
+        with pytest.raises(UpstreamError, match="cannot reach SGLang"):
+            await dead.generate([1], {}, routing_key="k")
+        await dead.close()
+    finally:
+        await client.close()
+        await stand_in.stop()
+
+
+async def test_sglang_client_timeout_sends_abort(renderer):
+    stand_in = SGLangStandIn(ids_of(renderer, "x"), hold=True)
+    url = await stand_in.start()
+    client = SGLangClient(url, timeout_s=0.5)
+    try:
+        with pytest.raises(UpstreamError, match="did not answer") as info:
+            await client.generate([1, 2], {}, routing_key="k")
+        assert info.value.status == 504
+        assert stand_in.aborted == [stand_in.generate_calls[0]["body"]["rid"]]
+    finally:
+        await client.close()
+        await stand_in.stop()
