@@ -122,6 +122,9 @@ class TurnHandler:
             err = e if isinstance(e, AdapterError) else AdapterError(f"adapter error: {e!r}")
             if not isinstance(e, AdapterError):
                 log.exception("adapter failure")
+            if session is not None and err.status >= 500:
+                # the policy or the adapter failed, not the model: the rollout reads this
+                self.sessions.note_error(session, str(err))
             if resp is None or not resp.prepared:
                 return error_response(wire, err)
             try:  # the stream already started: an error event, so the CLI does not hang

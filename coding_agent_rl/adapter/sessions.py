@@ -47,6 +47,7 @@ class Session:
         self.closed = False
         self.in_flight = 0
         self.recorded: list[RecordedTurn] = []
+        self.errors: list[str] = []  # server-side failures (5xx) answered to the client
 
 
 class SessionStore:
@@ -110,6 +111,16 @@ class SessionStore:
         with self._lock:
             session = self._sessions.get(sid)
             return [r.turn for r in session.recorded] if session else []
+
+    def errors(self, sid: str) -> list[str]:
+        """Server-side failures (upstream policy errors, adapter bugs) this session answered."""
+        with self._lock:
+            session = self._sessions.get(sid)
+            return list(session.errors) if session else []
+
+    def note_error(self, session: Session, message: str) -> None:
+        with self._lock:
+            session.errors.append(message)
 
     def pop(self, sid: str) -> list[Turn]:
         """Forget the session and return its turns."""

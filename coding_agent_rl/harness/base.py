@@ -1,0 +1,236 @@
+"""The harness contract: install an agent CLI, configure it for one session, run it detached.
+
+A harness file is mostly data (see claude_code.py): the pinned npm package and the files it
+takes from it, the env vars that point the CLI at the adapter, its command line, and any config
+files. The mechanics (offline install, agent user, detached launch, log copy) live here and in
+install.py / launch.py / agent_user.py.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import json
+import os
+import pathlib
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import ClassVar
+
+from coding_agent_rl.harness import launch
+from coding_agent_rl.harness.agent_user import default_home, ensure_agent_user
+from coding_agent_rl.harness.cache import FetchError, NpmPackage, override_tarball
+from coding_agent_rl.harness.install import (
+    BIN_DIR,
+    InstallError,
+    InstallReport,
+    Upload,
+    install_package,
+)
+from coding_agent_rl.harness.network import check_reachable
+from coding_agent_rl.sandbox.base import Sandbox
+
+
+class HarnessConfigError(ValueError):
+    """A harness option or one of its environment variables is malformed."""
+
+
+@dataclasses.dataclass(frozen=True)
+class HarnessContext:
+    """One agent session in one sandbox."""
+
+    adapter_url: str  # as the sandbox sees it, without /v1 (e.g. http://172.17.0.1:18001)
+    session_id: str  # the adapter session; the CLI sends it as its API key
+    model: str  # the policy's model name, passed to the CLI verbatim
+    workdir: str  # the repository the agent works in (owned by ``user``)
+    log_dir: pathlib.Path | None = None  # host folder the agent's log is copied to
+    user: str = "agent"
+    home: str | None = None  # default /home/<user> (/root for root)
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)  # merged last
+    args: Sequence[str] = ()  # appended to the command line
+    tag: str = "agent"  # names the run directory; one tag = one run at a time
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.tag):
+            raise HarnessConfigError(f"tag {self.tag!r}: use letters, digits, '_', '.', '-'")
+
+    @property
+    def agent_home(self) -> str:
+        return self.home or default_home(self.user)
+
+    @property
+    def run_dir(self) -> str:
+        return f"{launch.RUN_ROOT}/{self.tag}"
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentRun:
+    """How the agent CLI ended. A non-zero exit or a timeout is the model's outcome, not an error."""
+
+    exit_code: int | None  # None when killed at the budget or vanished
+    timed_out: bool
+    duration_s: float
+    log_path: str  # in the sandbox (outside the workdir, so never part of the diff)
+    log_tail: str  # the last lines of the log, for error reports
+    host_log_path: pathlib.Path | None = None  # the copy in ctx.log_dir
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+def json_env(name: str, kind: type) -> object | None:
+    """Parse env var ``name`` as JSON of ``kind``; a bad value is an error naming the variable."""
+    raw = os.environ.get(name)
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise HarnessConfigError(f"{name} is not valid JSON ({e}): {raw[:200]!r}") from None
+    if not isinstance(value, kind):
+        raise HarnessConfigError(f"{name} must be a JSON {kind.__name__}, got {raw[:200]!r}")
+    return value
+
+
+def args_from_env(name: str) -> list[str]:
+    """Extra CLI args: a JSON list of strings, or shell words (slime's format)."""
+    raw = os.environ.get(name, "").strip()
+    if raw.startswith("["):
+        value = json_env(name, list)
+        if not all(isinstance(a, str) for a in value or []):
+            raise HarnessConfigError(f"{name} must be a JSON list of strings, got {raw[:200]!r}")
+        return list(value or [])
+    try:
+        return shlex.split(raw)
+    except ValueError as e:
+        raise HarnessConfigError(f"{name} is not valid shell words ({e}): {raw[:200]!r}") from None
+
+
+def env_from_env(name: str) -> dict[str, str]:
+    """Extra env vars: a JSON object; values are turned into strings."""
+    value = json_env(name, dict) or {}
+    return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in value.items()}
+
+
+class BaseHarness(abc.ABC):
+    """Subclasses set the class data below and implement :meth:`env` and :meth:`argv`."""
+
+    name: ClassVar[str]
+    package: ClassVar[NpmPackage]
+    version_args: ClassVar[tuple[str, ...]] = ("--version",)
+    extra_args_env: ClassVar[str | None] = None  # e.g. SLIME_AGENT_CC_EXTRA_ARGS
+    extra_env_env: ClassVar[str | None] = None  # e.g. SLIME_AGENT_CC_EXTRA_ENVS
+
+    def __init__(
+        self,
+        *,
+        extra_args: Sequence[str] | None = None,
+        extra_env: Mapping[str, str] | None = None,
+        upload: Upload = "auto",
+        check_adapter: bool = True,
+    ):
+        """``extra_args`` / ``extra_env`` default to the harness's environment variables."""
+        if upload not in ("auto", "raw", "gzip"):
+            raise HarnessConfigError(f"upload must be auto, raw or gzip, got {upload!r}")
+        if extra_args is None:
+            extra_args = args_from_env(self.extra_args_env) if self.extra_args_env else []
+        if extra_env is None:
+            extra_env = env_from_env(self.extra_env_env) if self.extra_env_env else {}
+        self.extra_args = list(extra_args)
+        self.extra_env = dict(extra_env)
+        self.upload = upload
+        self.check_adapter = check_adapter
+
+    # ---- the data a harness file provides -------------------------------------------------------
+    @property
+    def binary(self) -> str:
+        """Absolute path of the CLI in the sandbox."""
+        return f"{BIN_DIR}/{self.package.main}"
+
+    @abc.abstractmethod
+    def env(self, ctx: HarnessContext) -> dict[str, str]:
+        """Env vars that point the CLI at the adapter and keep it offline."""
+
+    @abc.abstractmethod
+    def argv(self, ctx: HarnessContext, prompt: str) -> list[str]:
+        """The command line (without the extra args)."""
+
+    def config_files(self, ctx: HarnessContext) -> dict[str, str]:
+        """Files (absolute path -> text) written as the agent user before the run."""
+        return {}
+
+    # ---- mechanics ------------------------------------------------------------------------------
+    async def install(self, sb: Sandbox) -> InstallReport:
+        """Reuse the pinned CLI if the sandbox has it, else upload it from the host cache."""
+        # A user-supplied tarball has no pinned version: any working binary from it is accepted,
+        # but never a copy the image happens to have.
+        try:
+            own = override_tarball(self.package) is not None
+        except FetchError as e:
+            raise InstallError(str(e)) from e
+        return await install_package(
+            sb,
+            self.package,
+            version=None if own else self.pinned_version,
+            version_args=self.version_args,
+            upload=self.upload,
+            reuse_image=not own,
+        )
+
+    @property
+    def pinned_version(self) -> str:
+        """The version string ``--version`` prints (the npm version without a platform suffix)."""
+        return self.package.version.split("-")[0]
+
+    async def configure(self, sb: Sandbox, ctx: HarnessContext) -> None:
+        """Agent user + workdir ownership, the CLI's config files, and an adapter reachability check."""
+        await ensure_agent_user(sb, ctx.user, ctx.agent_home, ctx.workdir)
+        files = self.config_files(ctx)
+        for path, text in files.items():
+            await sb.write_file(path, text, mode=0o600)
+        if files and ctx.user != "root":
+            # write_file creates parent folders as root; the CLI writes next to its config.
+            owned = {ctx.agent_home if p.startswith(ctx.agent_home + "/") else p for p in files}
+            paths = " ".join(shlex.quote(p) for p in sorted(owned))
+            await sb.exec(f"chown -R {shlex.quote(ctx.user)}: {paths}", check=True)
+        if self.check_adapter:
+            await check_reachable(sb, ctx.adapter_url)
+
+    def full_env(self, ctx: HarnessContext) -> dict[str, str]:
+        """The CLI's environment on top of the sandbox's (whose PATH gets BIN_DIR in front)."""
+        base = {"HOME": ctx.agent_home, "USER": ctx.user, "LOGNAME": ctx.user}
+        return {**base, **self.env(ctx), **self.extra_env, **ctx.env}
+
+    def full_argv(self, ctx: HarnessContext, prompt: str) -> list[str]:
+        return [*self.argv(ctx, prompt), *self.extra_args, *ctx.args]
+
+    async def run(self, sb: Sandbox, ctx: HarnessContext, prompt: str, budget_s: float) -> AgentRun:
+        """Run the CLI detached as ``ctx.user`` within ``budget_s``; copy its log to the host."""
+        spec = launch.LaunchSpec(
+            argv=self.full_argv(ctx, prompt),
+            env=self.full_env(ctx),
+            cwd=ctx.workdir,
+            user=ctx.user,
+            tag=ctx.tag,
+            path_prefix=BIN_DIR,
+        )
+        res = await launch.run_detached(sb, spec, budget_s)
+        host_log = None
+        if ctx.log_dir is not None:
+            host_log = pathlib.Path(ctx.log_dir) / f"{ctx.tag}.log"
+            host_log.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                data = await sb.read_file(res.log_path, binary=True)
+            except FileNotFoundError:
+                data = b""
+            host_log.write_bytes(data)  # type: ignore[arg-type]
+        return AgentRun(
+            exit_code=res.exit_code,
+            timed_out=res.timed_out,
+            duration_s=res.duration_s,
+            log_path=res.log_path,
+            log_tail=res.log_tail,
+            host_log_path=host_log,
+        )

@@ -1,0 +1,194 @@
+"""Host-side cache of agent CLI packages: fetch once from npm, verify, unpack only what is used.
+
+Layout under ``$CODING_AGENT_RL_CACHE`` (default ``~/.cache/coding-agent-rl``)::
+
+    agents/<npm pack file name>.tgz        the pinned tarball, as ``npm pack`` names it
+    agents/unpacked/<tarball stem>/<name>  the files a harness installs (main binary first)
+
+Sandboxes never reach the network: the unpacked files are uploaded into them (see install.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import gzip
+import hashlib
+import json
+import logging
+import os
+import pathlib
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Mapping
+
+log = logging.getLogger(__name__)
+
+
+class FetchError(RuntimeError):
+    """The CLI package could not be fetched, verified or unpacked on the host."""
+
+
+@dataclasses.dataclass(frozen=True)
+class NpmPackage:
+    """One pinned npm tarball and the files a harness takes out of it."""
+
+    name: str  # npm package name, e.g. "@anthropic-ai/claude-code-linux-x64"
+    version: str  # npm version, e.g. "2.1.332" (Codex's platform builds: "0.171.0-linux-x64")
+    integrity: str | None  # npm's dist.integrity ("sha512-<base64>") of exactly that version
+    files: Mapping[str, str]  # member in the tarball -> installed file name; first = main binary
+    tarball_env: str | None = None  # env var naming a local tarball that replaces the fetch
+
+    @property
+    def spec(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    @property
+    def tarball_name(self) -> str:
+        """The file name ``npm pack`` gives it: scope without '@', '/' -> '-'."""
+        return f"{self.name.lstrip('@').replace('/', '-')}-{self.version}.tgz"
+
+    @property
+    def main(self) -> str:
+        return next(iter(self.files.values()))
+
+
+def cache_root() -> pathlib.Path:
+    env = os.environ.get("CODING_AGENT_RL_CACHE")
+    return pathlib.Path(env).expanduser() if env else pathlib.Path.home() / ".cache/coding-agent-rl"
+
+
+def agents_dir() -> pathlib.Path:
+    return cache_root() / "agents"
+
+
+def override_tarball(pkg: NpmPackage) -> pathlib.Path | None:
+    """The local tarball configured through ``pkg.tarball_env``, if any (must exist)."""
+    value = os.environ.get(pkg.tarball_env) if pkg.tarball_env else None
+    if not value:
+        return None
+    path = pathlib.Path(value).expanduser()
+    if not path.is_file():
+        raise FetchError(f"{pkg.tarball_env}={value} does not name a file")
+    return path
+
+
+def cached_tarball(pkg: NpmPackage) -> pathlib.Path:
+    return agents_dir() / pkg.tarball_name
+
+
+def integrity_of(path: pathlib.Path) -> str:
+    digest = hashlib.sha512()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return "sha512-" + base64.b64encode(digest.digest()).decode()
+
+
+def verify(pkg: NpmPackage, path: pathlib.Path) -> None:
+    """Check the tarball against the pinned npm integrity (a local override is not pinned)."""
+    if pkg.integrity is None:
+        return
+    got = integrity_of(path)
+    if got != pkg.integrity:
+        raise FetchError(
+            f"{path} does not match the pinned integrity of {pkg.spec} "
+            f"(got {got[:24]}..., want {pkg.integrity[:24]}...); delete it and fetch again"
+        )
+
+
+def fetch(pkg: NpmPackage) -> pathlib.Path:
+    """The package tarball on the host: the configured override, the cache, or ``npm pack``."""
+    override = override_tarball(pkg)
+    if override is not None:
+        return override
+    target = cached_tarball(pkg)
+    if target.is_file():
+        return target
+    npm = shutil.which("npm")
+    if npm is None:
+        raise FetchError(
+            f"npm is not installed; fetch {pkg.spec} elsewhere and put it at {target}"
+            + (f" or set {pkg.tarball_env}" if pkg.tarball_env else "")
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp:
+        log.info("fetching %s from the npm registry", pkg.spec)
+        r = subprocess.run(
+            [npm, "pack", pkg.spec, "--json", "--pack-destination", tmp],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+        if r.returncode != 0:
+            raise FetchError(f"npm pack {pkg.spec} failed: {r.stderr.strip()[-1000:]}")
+        filename = json.loads(r.stdout)[0]["filename"]
+        got = pathlib.Path(tmp) / filename
+        verify(pkg, got)
+        os.replace(got, target)
+    return target
+
+
+def unpack_dir(pkg: NpmPackage, tarball: pathlib.Path) -> pathlib.Path:
+    if tarball == cached_tarball(pkg):
+        key = tarball.name.removesuffix(".tgz")
+    else:  # a user tarball: key by path, size and mtime so a replaced file is unpacked again
+        st = tarball.stat()
+        ident = f"{tarball.resolve()}:{st.st_size}:{st.st_mtime_ns}"
+        key = f"local-{hashlib.sha256(ident.encode()).hexdigest()[:16]}"
+    return agents_dir() / "unpacked" / key
+
+
+def unpacked(pkg: NpmPackage) -> dict[str, pathlib.Path]:
+    """Installed name -> host path of each file the harness needs (fetched and unpacked once)."""
+    tarball = fetch(pkg)
+    dest = unpack_dir(pkg, tarball)
+    if not (dest / ".complete").exists():
+        if tarball == cached_tarball(pkg):
+            verify(pkg, tarball)  # a tarball placed in the cache by hand is checked here, once
+        _extract(pkg, tarball, dest)
+    return {name: dest / name for name in pkg.files.values()}
+
+
+def _extract(pkg: NpmPackage, tarball: pathlib.Path, dest: pathlib.Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = pathlib.Path(tempfile.mkdtemp(dir=dest.parent, prefix=".unpack-"))
+    tmp.chmod(0o755)
+    try:
+        with tarfile.open(tarball, "r:gz") as tar:
+            for member, name in pkg.files.items():
+                try:
+                    info = tar.getmember(member)
+                except KeyError:
+                    raise FetchError(f"{tarball} has no {member} (is it {pkg.name}?)") from None
+                src = tar.extractfile(info)
+                if src is None:
+                    raise FetchError(f"{member} in {tarball} is not a regular file")
+                with src, (tmp / name).open("wb") as out:
+                    shutil.copyfileobj(src, out, 1 << 20)
+                (tmp / name).chmod(0o755)
+        (tmp / ".complete").write_text(pkg.spec + "\n")
+        if dest.exists():  # a stale, incomplete unpack
+            shutil.rmtree(dest)
+        os.replace(tmp, dest)
+    except OSError as e:
+        if (dest / ".complete").exists():  # another process finished the same unpack first
+            return
+        raise FetchError(f"could not unpack {tarball}: {e}") from e
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def gzipped(path: pathlib.Path) -> pathlib.Path:
+    """``path`` gzip-compressed next to it (made once), for uploads over a slow link."""
+    gz = path.with_name(path.name + ".gz")
+    if not gz.exists():
+        tmp = gz.with_name(f".{gz.name}.{os.getpid()}")
+        with path.open("rb") as src, gzip.open(tmp, "wb", compresslevel=1) as out:
+            shutil.copyfileobj(src, out, 1 << 20)
+        os.replace(tmp, gz)
+    return gz

@@ -1,0 +1,210 @@
+"""Run one command detached inside a sandbox, wait for it within a budget, leave nothing behind.
+
+Per ``tag`` a run directory ``RUN_ROOT/<tag>/`` holds::
+
+    launch.sh   written by :func:`prepare` (root-owned)
+    lock/       created atomically by the launch: a replayed launch RPC finds it and starts nothing
+    pid         the launcher's pid = its process group and session id (it runs under ``setsid``)
+    agent.log   the command's stdout and stderr
+    exit        the exit code, written (atomically) when the command ends
+
+The launch is a separate exec from :func:`prepare`, which clears the directory: a transport-level
+retry of the launch never starts a second agent, while calling :func:`run_detached` again with
+the same tag really runs again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import shlex
+import time
+from collections.abc import Mapping, Sequence
+
+from coding_agent_rl.sandbox.base import Sandbox, SandboxError, SandboxGone
+from coding_agent_rl.sandbox.reaper import TOKEN_ENV, new_token
+from coding_agent_rl.sandbox.reaper import kill_command as reaper_kill_command
+
+log = logging.getLogger(__name__)
+
+RUN_ROOT = "/opt/coding-agent-rl/run"
+POLL_S = 0.05  # the wait loop's sleep inside the sandbox: exit is seen within ~50 ms
+PID_GRACE_S = 15.0  # how long the launcher may take to write its pid before we call it failed
+LOG_TAIL_BYTES = 8192
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchSpec:
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    cwd: str
+    user: str
+    tag: str
+    path_prefix: str = ""  # prepended to the sandbox's own PATH (images may extend PATH)
+    # Marks every process of this run (the sandbox reaper's env token): kill() finds them all.
+    token: str = dataclasses.field(default_factory=new_token)
+
+    @property
+    def run_dir(self) -> str:
+        return f"{RUN_ROOT}/{self.tag}"
+
+    @property
+    def log_path(self) -> str:
+        return f"{self.run_dir}/agent.log"
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchResult:
+    exit_code: int | None  # None: killed at the budget, or vanished without an exit code
+    timed_out: bool
+    duration_s: float
+    log_path: str
+    log_tail: str
+    launched: bool = True  # False: this call found the tag already launched (a replay)
+
+
+def launcher_script(spec: LaunchSpec) -> str:
+    """The script that runs as ``spec.user`` in its own session and records the exit code."""
+    q = shlex.quote
+    run = q(spec.run_dir)
+    exports = f'export PATH={q(spec.path_prefix)}:"$PATH"\n' if spec.path_prefix else ""
+    exports += "".join(f"export {k}={q(v)}\n" for k, v in spec.env.items())
+    return (
+        "#!/bin/bash\n"
+        "# written by coding-agent-rl: one agent run; its exit code goes to the marker file\n"
+        f"echo $$ > {run}/pid\n"
+        f"cd {q(spec.cwd)} || {{ echo {q(f'cannot cd to {spec.cwd}')} > {run}/agent.log; "
+        f"echo 126 > {run}/exit.tmp; mv {run}/exit.tmp {run}/exit; exit 126; }}\n"
+        f"{exports}"
+        f"{' '.join(q(a) for a in spec.argv)} > {run}/agent.log 2>&1 < /dev/null\n"
+        f"echo $? > {run}/exit.tmp && mv {run}/exit.tmp {run}/exit\n"
+    )
+
+
+def launch_command(spec: LaunchSpec) -> str:
+    """Start the launcher unless this tag was already launched (``mkdir`` is atomic).
+
+    The launcher (a session leader) carries the run's token instead of the exec's: the sandbox
+    kills what an exec started when that exec fails mid-way, but the agent must outlive its
+    launch; :func:`kill` finds the whole session by the run's token.
+    """
+    run = shlex.quote(spec.run_dir)
+    token = shlex.quote(f"{TOKEN_ENV}={spec.token}")
+    return (
+        f"mkdir {run}/lock 2>/dev/null || {{ echo already-launched; exit 0; }}\n"
+        f"env {token} setsid bash {run}/launch.sh < /dev/null > /dev/null 2>&1 &\n"
+        "echo launched\n"
+    )
+
+
+def wait_command(spec: LaunchSpec) -> str:
+    """Block until the launcher wrote its exit code or its process is gone (or a zombie)."""
+    run = shlex.quote(spec.run_dir)
+    tries = int(PID_GRACE_S / POLL_S)
+    return (
+        f"i=0; while [ ! -s {run}/pid ] && [ ! -e {run}/exit ]; do\n"
+        f"  i=$((i+1)); [ $i -gt {tries} ] && {{ echo nopid; exit 0; }}; sleep {POLL_S}; done\n"
+        f"read -r p < {run}/pid 2>/dev/null\n"
+        f"while [ ! -e {run}/exit ]; do\n"
+        # /proc/PID/stat: "pid (comm) S ..."; a zombie (no reaping init) counts as gone
+        "  read -r st < /proc/$p/stat 2>/dev/null || break\n"
+        '  st=${st##*) }; [ "${st%% *}" = Z ] && break\n'
+        f"  sleep {POLL_S}\n"
+        "done\n"
+        f"cat {run}/exit 2>/dev/null || echo gone\n"
+    )
+
+
+def kill_command(spec: LaunchSpec) -> str:
+    """Kill every process of the run: its session, anything carrying its token, and (for a
+    dedicated non-root agent user) anything else that user still runs, e.g. a daemon that left
+    the session and cleared its environment. One agent run per sandbox user at a time."""
+    cmd = reaper_kill_command(spec.token) + "\n"
+    if spec.user not in ("root", "0"):
+        cmd += f"if command -v pkill >/dev/null; then pkill -KILL -u {shlex.quote(spec.user)}; fi\n"
+    return cmd + "exit 0\n"
+
+
+async def prepare(sb: Sandbox, spec: LaunchSpec) -> None:
+    """Clear the tag's run directory (lock, pid, marker, log) and write the launcher.
+
+    A previous run of the same tag that is still alive loses its process group first.
+    """
+    run = shlex.quote(spec.run_dir)
+    stop_old = f'if read -r p < {run}/pid 2>/dev/null; then kill -KILL -- -"$p" 2>/dev/null; fi'
+    chown = f" && chown {shlex.quote(spec.user)}: {run}" if spec.user != "root" else ""
+    await sb.exec(f"{stop_old}; rm -rf {run} && mkdir -p {run}{chown}", check=True, timeout=60)
+    await sb.write_file(f"{spec.run_dir}/launch.sh", launcher_script(spec), mode=0o755)
+
+
+async def launch(sb: Sandbox, spec: LaunchSpec) -> bool:
+    """Start the prepared launcher; False when this tag had already been launched.
+
+    Idempotent thanks to the lock: the backend may replay it after a transport failure.
+    """
+    res = await sb.exec(
+        launch_command(spec), user=spec.user, timeout=60, check=True, idempotent=True
+    )
+    return "launched" in res.stdout.split()
+
+
+async def wait(sb: Sandbox, spec: LaunchSpec, deadline: float) -> tuple[str, bool]:
+    """(what the wait saw, timed_out). Retries the (idempotent) wait after a transport error."""
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return "", True
+        try:
+            res = await sb.exec(wait_command(spec), timeout=remaining, idempotent=True)
+        except SandboxGone:
+            raise
+        except SandboxError as e:
+            log.warning("waiting for %s: %s; checking again", spec.tag, e)
+            await asyncio.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+            continue
+        if res.timed_out:
+            return "", True
+        return res.stdout.strip(), False
+
+
+async def kill(sb: Sandbox, spec: LaunchSpec) -> None:
+    await sb.exec(kill_command(spec), timeout=30)
+
+
+async def log_tail(sb: Sandbox, spec: LaunchSpec, nbytes: int = LOG_TAIL_BYTES) -> str:
+    res = await sb.exec(f"tail -c {nbytes} {shlex.quote(spec.log_path)} 2>/dev/null", timeout=30)
+    return res.stdout
+
+
+async def run_detached(sb: Sandbox, spec: LaunchSpec, budget_s: float) -> LaunchResult:
+    """Prepare, launch, wait within ``budget_s``; kill the whole session on overrun or exit."""
+    await prepare(sb, spec)
+    start = time.monotonic()
+    deadline = start + budget_s
+    launched = await launch(sb, spec)
+    try:
+        seen, timed_out = await wait(sb, spec, deadline)
+    except BaseException:  # cancelled, or the sandbox is gone: still try not to leak the agent
+        with contextlib.suppress(Exception):
+            await asyncio.shield(kill(sb, spec))
+        raise
+    # Always: a budget overrun kills the agent; a normal exit may leave background children.
+    await kill(sb, spec)
+    duration = time.monotonic() - start
+    exit_code = int(seen) if seen.lstrip("-").isdigit() else None
+    if seen in ("nopid", "gone"):
+        log.warning("agent %s ended without an exit code (%s)", spec.tag, seen)
+    if timed_out:  # the marker may have landed just before the kill
+        res = await sb.exec(f"cat {shlex.quote(spec.run_dir)}/exit 2>/dev/null", timeout=30)
+        exit_code = int(res.stdout) if res.stdout.strip().lstrip("-").isdigit() else None
+        timed_out = exit_code is None
+    return LaunchResult(
+        exit_code=exit_code,
+        timed_out=timed_out,
+        duration_s=duration,
+        log_path=spec.log_path,
+        log_tail=await log_tail(sb, spec),
+        launched=launched,
+    )

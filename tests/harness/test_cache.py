@@ -1,0 +1,120 @@
+"""The host cache: override tarballs, pinned integrity, unpack once (synthetic npm tarballs)."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import io
+import pathlib
+import tarfile
+
+import pytest
+
+from coding_agent_rl.harness import cache
+
+PKG = cache.NpmPackage(
+    name="@example/tool-linux-x64",
+    version="1.2.3",
+    integrity=None,
+    files={"package/bin/tool": "tool", "package/extra/helper": "helper"},
+    tarball_env="EXAMPLE_TOOL_TARBALL",
+)
+
+
+def make_tarball(path: pathlib.Path, members: dict[str, bytes]) -> pathlib.Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+@pytest.fixture
+def cache_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("CODING_AGENT_RL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("EXAMPLE_TOOL_TARBALL", raising=False)
+    return tmp_path / "cache"
+
+
+def test_tarball_name_matches_npm_pack():
+    assert PKG.tarball_name == "example-tool-linux-x64-1.2.3.tgz"
+    assert cache.NpmPackage(
+        "@openai/codex", "0.171.0-linux-x64", None, {"a": "codex"}
+    ).tarball_name == ("openai-codex-0.171.0-linux-x64.tgz")
+
+
+def test_cached_tarball_is_verified_and_unpacked_once(cache_root):
+    (cache_root / "agents").mkdir(parents=True)
+    members = {
+        "package/bin/tool": b"#!/bin/sh\necho 1.2.3\n",
+        "package/extra/helper": b"h",
+        "package/README": b"r",
+    }
+    tgz = make_tarball(cache_root / "agents" / PKG.tarball_name, members)
+    pinned = dataclasses.replace(PKG, integrity=cache.integrity_of(tgz))
+    files = cache.unpacked(pinned)
+    assert (
+        files["tool"].read_bytes().startswith(b"#!/bin/sh") and files["helper"].read_bytes() == b"h"
+    )
+    assert files["tool"].stat().st_mode & 0o111
+    assert sorted(p.name for p in files["tool"].parent.iterdir()) == [".complete", "helper", "tool"]
+    mtime = files["tool"].stat().st_mtime_ns
+    assert cache.unpacked(pinned)["tool"].stat().st_mtime_ns == mtime  # not unpacked again
+
+
+def test_a_tampered_cached_tarball_is_refused(cache_root):
+    (cache_root / "agents").mkdir(parents=True)
+    tgz = make_tarball(
+        cache_root / "agents" / PKG.tarball_name,
+        {"package/bin/tool": b"x", "package/extra/helper": b"y"},
+    )
+    pinned = dataclasses.replace(PKG, integrity="sha512-" + "A" * 86 + "==")
+    with pytest.raises(cache.FetchError, match="pinned integrity"):
+        cache.unpacked(pinned)
+    assert tgz.exists()
+
+
+def test_override_tarball_replaces_the_fetch_and_is_rekeyed_when_replaced(
+    cache_root, tmp_path, monkeypatch
+):
+    own = make_tarball(
+        tmp_path / "mine.tgz", {"package/bin/tool": b"v1", "package/extra/helper": b"h"}
+    )
+    monkeypatch.setenv("EXAMPLE_TOOL_TARBALL", str(own))
+    pinned = dataclasses.replace(PKG, integrity="sha512-pinned-for-the-registry-copy-only")
+    assert cache.fetch(pinned) == own
+    first = cache.unpacked(pinned)["tool"]
+    assert first.read_bytes() == b"v1"
+    make_tarball(own, {"package/bin/tool": b"v2-longer", "package/extra/helper": b"h"})
+    second = cache.unpacked(pinned)["tool"]
+    assert second.read_bytes() == b"v2-longer" and second.parent != first.parent
+
+
+def test_override_must_exist_and_missing_member_is_named(cache_root, tmp_path, monkeypatch):
+    monkeypatch.setenv("EXAMPLE_TOOL_TARBALL", str(tmp_path / "nope.tgz"))
+    with pytest.raises(cache.FetchError, match="EXAMPLE_TOOL_TARBALL"):
+        cache.fetch(PKG)
+    bad = make_tarball(tmp_path / "bad.tgz", {"package/bin/tool": b"x"})
+    monkeypatch.setenv("EXAMPLE_TOOL_TARBALL", str(bad))
+    with pytest.raises(cache.FetchError, match="package/extra/helper"):
+        cache.unpacked(PKG)
+
+
+def test_gzipped_copy_round_trips(tmp_path):
+    f = tmp_path / "bin"
+    f.write_bytes(b"\x7fELF" + bytes(range(256)) * 100)
+    gz = cache.gzipped(f)
+    assert gz.name == "bin.gz" and gzip.decompress(gz.read_bytes()) == f.read_bytes()
+    assert cache.gzipped(f) == gz
+
+
+def test_agents_command_lists_and_rejects_unknown_names(cache_root, capsys):
+    from coding_agent_rl.cli import main
+
+    assert main(["agents", "list"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in out] == ["claude_code", "codex", "opencode"]
+    assert all("not fetched" in line for line in out)
+    assert main(["agents", "fetch", "no-such-agent"]) == 2
+    assert "unknown agent(s) no-such-agent" in capsys.readouterr().err
