@@ -1,0 +1,188 @@
+"""Convert SWE-bench-family datasets (local files) into our JSONL rows.
+
+Inputs are HF-style exports: ``.jsonl``, ``.json`` (a list, or an object holding one), ``.parquet``
+(pyarrow), or a directory of those. Image names follow each project's convention unless
+``image_template`` is given (``str.format`` fields: ``instance_id``, ``id_1776``, ``id_s``,
+``repo``, ``owner``, ``name``, ``image_name``, ``docker_image``, ``task``):
+
+=========  ===================================================================================
+swebench   ``swebench/sweb.eval.x86_64.{id_1776}:latest`` (instance id lower-cased, ``__`` ->
+           ``_1776_``)
+swe-gym    ``xingyaoww/sweb.eval.x86_64.{id_s}:latest`` (``__`` -> ``_s_``, lower-cased)
+swe-smith  ``jyangballin/{image_name}:latest`` with ``__`` -> ``_1776_`` (row ``image_name``)
+r2e-gym    the row's ``docker_image``
+harbor     ``environment/Dockerfile`` built by ``images build`` as ``harbor/{task}:latest``, or
+           ``[environment].docker_image`` from task.toml (see convert_harbor.py)
+=========  ===================================================================================
+
+A row that cannot be expressed is skipped with a reason (e.g. SWE-bench repositories whose test
+ids are not pytest node ids need the ``swebench`` package's log parsers).
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from coding_agent_rl.datasets.schema import parse_row
+
+SOURCES = ("swebench", "swe-gym", "swe-smith", "r2e-gym", "harbor")
+DEFAULT_IMAGES = {
+    "swebench": "swebench/sweb.eval.x86_64.{id_1776}:latest",
+    "swe-gym": "xingyaoww/sweb.eval.x86_64.{id_s}:latest",
+    "swe-smith": "jyangballin/{image_name}:latest",
+    "r2e-gym": "{docker_image}",
+}
+# SWE-bench-family images keep the repository's environment in a conda env named testbed.
+CONDA = (
+    "if [ -f /opt/miniconda3/bin/activate ]; then source /opt/miniconda3/bin/activate"
+    " && conda activate testbed; fi; "
+)
+
+
+class ConvertError(ValueError):
+    pass
+
+
+def read_records(path: pathlib.Path) -> Iterator[dict[str, Any]]:
+    """Records from a JSON / JSONL / parquet file, or every such file under a directory."""
+    if path.is_dir():
+        for f in sorted(p for p in path.rglob("*") if p.suffix in (".json", ".jsonl", ".parquet")):
+            yield from read_records(f)
+        return
+    if path.suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError as e:
+            raise ConvertError(
+                "reading parquet needs pyarrow: pip install 'coding-agent-rl[parquet]'"
+            ) from e
+        yield from pq.read_table(path).to_pylist()
+        return
+    text = path.read_text()
+    if path.suffix == ".jsonl":
+        for i, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ConvertError(f"{path}:{i}: invalid JSON ({e.msg})") from None
+        return
+    data = json.loads(text)
+    if isinstance(data, dict):
+        data = next(
+            (data[k] for k in ("rows", "data", "instances", "train", "test") if k in data), [data]
+        )
+    yield from data
+
+
+def ids(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = json.loads(value) if value.strip() else []
+    return [str(v) for v in value]
+
+
+def image_fields(rec: dict[str, Any]) -> dict[str, str]:
+    iid = str(rec.get("instance_id") or "")
+    repo = str(rec.get("repo") or rec.get("repo_name") or "")
+    owner, _, name = repo.partition("/")
+    image_name = str(rec.get("image_name") or "").rsplit("/", 1)[-1].split(":")[0]
+    return {
+        "instance_id": iid,
+        "id_1776": iid.lower().replace("__", "_1776_"),
+        "id_s": iid.lower().replace("__", "_s_"),
+        "repo": repo,
+        "owner": owner,
+        "name": name,
+        "image_name": image_name.replace("__", "_1776_"),
+        "docker_image": str(rec.get("docker_image") or ""),
+        "task": "",
+    }
+
+
+def pytest_files(ids: list[str]) -> list[str]:
+    return list(dict.fromkeys(i.split("::", 1)[0] for i in ids if "::" in i))
+
+
+def _swebench_test_cmd(rec: dict[str, Any], files: list[str]) -> tuple[str, str] | None:
+    """(test_cmd, log_parser) from the swebench package's specs when it is installed."""
+    try:
+        from swebench.harness.constants import MAP_REPO_VERSION_TO_SPECS  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    try:
+        spec = MAP_REPO_VERSION_TO_SPECS[rec["repo"]][str(rec["version"])]
+    except KeyError:
+        return None
+    cmd = spec["test_cmd"]
+    cmd = cmd[-1] if isinstance(cmd, list) else cmd
+    return f"{CONDA}{cmd} {' '.join(files)}", "swebench"
+
+
+def convert_swebench_like(rec: dict[str, Any], source: str, template: str) -> dict[str, Any]:
+    """SWE-bench / SWE-Gym rows: same schema, different images."""
+    f2p, p2p = ids(rec.get("FAIL_TO_PASS")), ids(rec.get("PASS_TO_PASS"))
+    files = pytest_files(f2p + p2p) or [
+        p for p in re.findall(r"^\+\+\+ b/(\S+)", rec.get("test_patch") or "", re.M)
+    ]
+    md: dict[str, Any] = {
+        "instance_id": rec["instance_id"],
+        "repo": rec.get("repo"),
+        "version": rec.get("version"),
+        "image": template.format(**image_fields(rec)),
+        "workdir": "/testbed",
+        "problem_statement": rec.get("problem_statement") or "",
+        "base_commit": rec.get("base_commit"),
+        "patch": rec.get("patch"),
+        "test_patch": rec.get("test_patch"),
+        "fail_to_pass": f2p,
+        "pass_to_pass": p2p,
+    }
+    official = _swebench_test_cmd(rec, files)
+    if official:
+        md["test_cmd"], md["log_parser"] = official
+    elif all("::" in t for t in f2p + p2p):
+        md["test_cmd"] = f"{CONDA}python3 -m pytest -rA -p no:cacheprovider {' '.join(files)}"
+    else:
+        raise ConvertError(
+            "test ids are not pytest node ids; install the swebench package for its parsers"
+        )
+    return md
+
+
+def convert_records(
+    source: str, in_path: pathlib.Path, out_dir: pathlib.Path, *, image_template: str | None = None
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Rows for ``source``; returns (rows, skip reasons). Every row is checked with the schema."""
+    if source not in SOURCES:
+        raise ConvertError(f"unknown source {source!r} (known: {', '.join(SOURCES)})")
+    from coding_agent_rl.datasets.convert_gyms import convert_r2e, convert_swe_smith
+
+    if source == "harbor":
+        from coding_agent_rl.datasets.convert_harbor import convert_harbor
+
+        return convert_harbor(in_path, out_dir, image_template=image_template)
+    template = image_template or DEFAULT_IMAGES[source]
+    rows, skipped = [], []
+    for i, rec in enumerate(read_records(in_path)):
+        name = rec.get("instance_id") or rec.get("docker_image") or f"record {i}"
+        try:
+            if source in ("swebench", "swe-gym"):
+                md = convert_swebench_like(rec, source, template)
+            elif source == "swe-smith":
+                md = convert_swe_smith(rec, template)
+            else:
+                md = convert_r2e(rec, template)
+            md = {k: v for k, v in md.items() if v not in (None, "", [])}
+            row = {"prompt": md["problem_statement"], "label": md["instance_id"], "metadata": md}
+            parse_row(row, base_dir=out_dir)
+        except (ConvertError, KeyError, ValueError) as e:
+            skipped.append(f"{name}: {e}")
+            continue
+        rows.append(row)
+    return rows, skipped

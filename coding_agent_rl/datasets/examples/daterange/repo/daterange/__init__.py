@@ -1,0 +1,3 @@
+from daterange.ranges import DateRange, merge
+
+__all__ = ["DateRange", "merge"]

@@ -1,0 +1,3 @@
+from ledger.money import format_cents, split, to_cents
+
+__all__ = ["format_cents", "split", "to_cents"]

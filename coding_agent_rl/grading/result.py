@@ -1,0 +1,100 @@
+"""The outcome of grading one diff, and the reward rule.
+
+Reward 1.0 iff the fail-to-pass set is non-empty and every fail-to-pass and pass-to-pass test
+is PASSED. Anything else — FAILED, ERROR, SKIPPED, XFAIL, XPASS, or not reported at all — is a
+failure (an imperative ``pytest.skip()``/``xfail()`` from the code under test earns nothing).
+
+``failure_kind``: ``None`` (graded normally, whatever the reward), ``"model"`` (the agent's
+diff is at fault: empty, too large, does not apply, breaks or hangs the tests) or ``"infra"``
+(the sandbox, the task data or the test harness failed; the sample must not be trained on).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NoReturn
+
+from coding_agent_rl.grading.parsers import canonical_id
+
+MISSING = "MISSING"
+
+
+class GradingDone(Exception):
+    """Grading ended early; the result is already filled in (raised by :func:`fail`)."""
+
+
+def fail(result: GradeResult, kind: str, reason: str) -> NoReturn:
+    """Score 0 with ``failure_kind=kind`` and stop grading."""
+    result.reward, result.failure_kind, result.reason = 0.0, kind, reason
+    raise GradingDone
+
+
+LOG_CAP = 64 * 1024
+
+
+def cap_log(text: str, cap: int = LOG_CAP) -> str:
+    """Keep the head and the tail (where pytest's summary is) of a long log."""
+    if len(text) <= cap:
+        return text
+    head = cap // 4
+    return (
+        text[:head] + f"\n[... {len(text) - cap} characters dropped ...]\n" + text[-(cap - head) :]
+    )
+
+
+@dataclasses.dataclass
+class GradeResult:
+    reward: float = 0.0
+    failure_kind: str | None = None
+    reason: str = ""
+    grader: str = "tests"
+    f2p_passed: int = 0
+    f2p_total: int = 0
+    p2p_passed: int = 0
+    p2p_total: int = 0
+    tests: dict[str, str] = dataclasses.field(default_factory=dict)
+    apply_method: str | None = None
+    protected_paths_touched: list[str] = dataclasses.field(default_factory=list)
+    exit_code: int | None = None
+    timed_out: bool = False
+    test_log: str = ""
+    duration_s: float = 0.0  # the whole grading, sandbox creation included
+    tests_s: float = 0.0  # of which running the test command (control runs included)
+
+    @property
+    def solved(self) -> bool:
+        return self.reward >= 1.0 and self.failure_kind is None
+
+    def to_metadata(self) -> dict[str, Any]:
+        """The fields a Sample's ``metadata`` carries (the log and per-test map left out)."""
+        d = dataclasses.asdict(self)
+        d.pop("test_log")
+        d.pop("tests")
+        return d
+
+
+def score_tests(
+    result: GradeResult,
+    statuses: dict[str, str],
+    parser: str,
+    f2p: tuple[str, ...],
+    p2p: tuple[str, ...],
+) -> GradeResult:
+    """Fill the F2P/P2P counts, the per-test map and the reward from parsed ``statuses``."""
+
+    def status(test_id: str) -> str:
+        return statuses.get(canonical_id(parser, test_id), MISSING)
+
+    result.tests = {t: status(t) for t in (*f2p, *p2p)}
+    result.f2p_total, result.p2p_total = len(f2p), len(p2p)
+    result.f2p_passed = sum(status(t) == "PASSED" for t in f2p)
+    result.p2p_passed = sum(status(t) == "PASSED" for t in p2p)
+    solved = bool(f2p) and result.f2p_passed == len(f2p) and result.p2p_passed == len(p2p)
+    result.reward = 1.0 if solved else 0.0
+    result.failure_kind = None if solved else "model"
+    if not solved:
+        bad = [f"{t}={s}" for t, s in result.tests.items() if s != "PASSED"][:5]
+        result.reason = "tests failed: " + ", ".join(bad) if bad else "no fail-to-pass tests"
+    else:
+        result.reason = "all fail-to-pass and pass-to-pass tests passed"
+    return result
