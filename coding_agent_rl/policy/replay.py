@@ -36,7 +36,8 @@ def patch_commands(patch: str, workdir: str) -> list[str]:
     commands.append(
         f"base64 -d {b64_path} > {pp} && cd {wd} && "
         f"(git apply --whitespace=nowarn {pp} || patch --batch -p1 < {pp}) && "
-        f"rm -f {b64_path} {pp} && echo REPLAY_APPLIED"
+        # The temp files stay in /tmp (never in the diff): Codex refuses `rm -f` commands.
+        "echo REPLAY_APPLIED"
     )
     return commands
 

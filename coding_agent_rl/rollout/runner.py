@@ -21,7 +21,9 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from coding_agent_rl.grading import capture_diff, grade, scrub_git
+from coding_agent_rl.grading.diff import DiffCaptureError, capture_diff
+from coding_agent_rl.grading.grade import grade
+from coding_agent_rl.grading.workspace import prepare_workspace
 from coding_agent_rl.harness import HarnessContext
 from coding_agent_rl.rollout.prompt import PROBLEM_FILE, render_prompt
 from coding_agent_rl.rollout.timing import Timings
@@ -148,6 +150,7 @@ class RolloutRunner:
         finally:
             with contextlib.suppress(Exception):
                 self.adapter.sessions.close(sid)
+                self.adapter.sessions.pop(sid)
         record["timings"] = timings.as_dict()
         return RolloutOutcome(samples, record)
 
@@ -166,7 +169,7 @@ class RolloutRunner:
                     )
                 except SandboxError as e:
                     raise InfraFailure(f"sandbox: {e}") from e
-                await self._prepare_repo(sb, row)
+                base_commit = await self._prepare_repo(sb, row)
             with timings.phase("install_s"):
                 ctx = HarnessContext(
                     adapter_url=self.adapter_url, session_id=sid, model=cfg.model_name,
@@ -184,11 +187,17 @@ class RolloutRunner:
                 agent = await self.harness.run(sb, ctx, prompt, cfg.agent_budget_s)
             record["agent_exit_code"] = agent.exit_code
             record["agent_timed_out"] = agent.timed_out
-            self._check_agent(sid, agent)
+            await self.adapter.sessions.settled(sid, timeout=10.0)
+            turns = self.adapter.sessions.turns(sid)
+            self._check_agent(sid, agent, turns)
             with timings.phase("diff_s"):
-                diff = await capture_diff(sb, row.workdir)
+                try:
+                    diff = await capture_diff(sb, row.workdir, base_commit=base_commit)
+                except DiffCaptureError as e:  # e.g. the agent deleted .git: its own doing
+                    record.update(failure_kind="model", fail_reason=f"diff: {e}")
+                    return self._samples(row, base, sid, turns, record, 0.0, evaluation)
         # The agent sandbox is gone here: only the diff crosses over to grading.
-        self._write_artifact(art, "diff.patch", diff.text)
+        self._write_artifact(art, "diff.patch", diff.data)
         record["artifacts"] = self._artifacts(art, agent)
         with timings.phase("grade_s"):
             result = await grade(
@@ -201,7 +210,7 @@ class RolloutRunner:
             f2p_passed=result.f2p_passed, f2p_total=result.f2p_total,
             p2p_passed=result.p2p_passed, p2p_total=result.p2p_total,
             tests=result.tests, protected_paths_touched=result.protected_paths_touched,
-            apply_method=result.apply_method, tests_s=result.tests_s,
+            apply_method=result.apply_method, tests_s=getattr(result, "tests_s", None),
             diff_truncated=diff.truncated_reason,
         )
         if result.failure_kind == "infra":
@@ -210,30 +219,34 @@ class RolloutRunner:
         if result.reward < 1.0:
             record["abort_reason"] = None
             record["fail_reason"] = result.reason
-        return self._samples(row, base, sid, record, result.reward, evaluation)
+        return self._samples(row, base, sid, turns, record, result.reward, evaluation)
 
-    async def _prepare_repo(self, sb: Any, row: Any) -> None:
-        for cmd in row.pre_commands:
-            res = await sb.exec(cmd, cwd=row.workdir, timeout=300)
-            if not res.ok:
-                raise InfraFailure(f"pre_command {cmd!r} exited {res.exit_code}: {res.stderr[-500:]}")
-        await scrub_git(sb, row.workdir, row.base_commit)
+    async def _prepare_repo(self, sb: Any, row: Any) -> str:
+        """Run the row's set-up, hide the future from git; returns the base commit id."""
+        try:
+            base_commit = await prepare_workspace(sb, row, agent=True)
+        except SandboxError:
+            raise
+        except Exception as e:  # the task's own set-up failed: not the model's doing
+            raise InfraFailure(f"workspace: {e}") from e
         await sb.write_file(f"{row.workdir}/{PROBLEM_FILE}", row.problem_statement)
+        return base_commit
 
-    def _check_agent(self, sid: str, agent: Any) -> None:
-        turns = self.adapter.sessions.turns(sid)
-        upstream_errors = self.adapter.sessions.upstream_errors(sid)
-        if upstream_errors and agent.exit_code != 0:
-            raise InfraFailure(f"policy server failed {upstream_errors}x; agent exited {agent.exit_code}")
+    def _check_agent(self, sid: str, agent: Any, turns: list[Any]) -> None:
+        errors = self.adapter.sessions.errors(sid)
+        if errors and agent.exit_code != 0:
+            raise InfraFailure(
+                f"policy/adapter failed {len(errors)}x (last: {errors[-1][:200]}); "
+                f"agent exited {agent.exit_code}"
+            )
         if not turns:
             tail = (agent.log_tail or "")[-300:]
             raise InfraFailure(f"agent made no model call (exit {agent.exit_code}): {tail}")
 
     def _samples(
-        self, row: Any, base: Sample, sid: str, record: dict[str, Any], reward: float,
-        evaluation: bool,
+        self, row: Any, base: Sample, sid: str, turns: list[Any], record: dict[str, Any],
+        reward: float, evaluation: bool,
     ) -> list[Sample]:
-        turns = self.adapter.sessions.turns(sid)
         base = dataclasses.replace(
             base, session_id=sid,
             metadata={**base.metadata, "instance_id": row.instance_id, "failure_kind": record["failure_kind"]},
@@ -274,9 +287,10 @@ class RolloutRunner:
         d.mkdir(parents=True, exist_ok=True)
         return d
 
-    def _write_artifact(self, art: pathlib.Path | None, name: str, text: str | None) -> None:
-        if art is not None and text is not None:
-            (art / name).write_text(text)
+    def _write_artifact(self, art: pathlib.Path | None, name: str, data: str | bytes | None) -> None:
+        if art is None or data is None:
+            return
+        (art / name).write_bytes(data if isinstance(data, bytes) else data.encode("utf-8", "replace"))
 
     def _artifacts(self, art: pathlib.Path | None, agent: Any) -> dict[str, str]:
         if art is None or self.config.out_dir is None:

@@ -44,7 +44,7 @@ class Runtime:
 
     async def start(self) -> Runtime:
         from coding_agent_rl.adapter.render import Renderer
-        from coding_agent_rl.adapter.server import AdapterServer
+        from coding_agent_rl.adapter.server import AdapterConfig, AdapterServer
         from coding_agent_rl.harness import adapter_bind_host, adapter_public_url, get_harness
         from coding_agent_rl.policy.tokenizer import load_tokenizer
 
@@ -53,23 +53,28 @@ class Runtime:
         sglang_url = cfg.sglang_url
         on_open = None
         if cfg.policy:
-            from coding_agent_rl.policy import PolicyServer, make_policy
+            from coding_agent_rl.policy.cli import load_policy
+            from coding_agent_rl.policy.server import PolicyServer
 
-            policy = make_policy(cfg.policy, tokenizer=self.tokenizer, tool_parser=cfg.tool_parser)
-            self.policy_server = PolicyServer(policy, self.tokenizer, tool_parser=cfg.tool_parser)
+            policy = load_policy(cfg.policy)
+            self.policy_server = PolicyServer(policy, self.tokenizer, cfg.tool_parser)
             sglang_url = await self.policy_server.start("127.0.0.1", 0)
-            if hasattr(policy, "register"):
+            if policy.name == "replay":
+                server = self.policy_server
+
                 async def on_open(sid: str, row: Any) -> None:
-                    policy.register(sid, patch=row.patch or "", workdir=row.workdir)
-        self.adapter = AdapterServer(
-            renderer=Renderer(self.tokenizer),
+                    server.register(sid, patch=row.patch or "", workdir=row.workdir)
+
+        sampling = {"max_new_tokens": 4096, **cfg.sampling_defaults}
+        self.adapter = AdapterServer(AdapterConfig(
             sglang_url=sglang_url,
+            renderer=Renderer(self.tokenizer),
             tool_parser=cfg.tool_parser,
             reasoning_parser=cfg.reasoning_parser,
             max_context=cfg.rollout.max_context,
-            sampling_defaults=cfg.sampling_defaults,
+            sampling_defaults=sampling,
             model_name=cfg.rollout.model_name,
-        )
+        ))
         backend = cfg.rollout.backend
         bind = adapter_bind_host(backend)
         port = cfg.adapter_port or int(os.environ.get("ADAPTER_PORT", "0"))
@@ -88,7 +93,10 @@ class Runtime:
 
     async def stop(self) -> None:
         if self.adapter is not None:
-            await self.adapter.stop()
+            if self.config.in_thread:
+                self.adapter.stop_thread()
+            else:
+                await self.adapter.stop()
         if self.policy_server is not None:
             await self.policy_server.stop()
 
