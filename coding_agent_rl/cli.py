@@ -15,14 +15,23 @@ from coding_agent_rl.errors import UserError
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "images": ("coding_agent_rl.commands.images", "build the base image or a dataset's task images"),
-    "sandboxes": ("coding_agent_rl.commands.sandboxes", "list or garbage-collect leftover sandboxes"),
+    "images": (
+        "coding_agent_rl.commands.images",
+        "build the base image or a dataset's task images",
+    ),
+    "sandboxes": (
+        "coding_agent_rl.commands.sandboxes",
+        "list or garbage-collect leftover sandboxes",
+    ),
     "bench": ("coding_agent_rl.bench", "benchmarks: sandbox | adapter | rollout"),
     "policy-server": ("coding_agent_rl.policy.cli", "serve a CPU policy over SGLang's /generate"),
     "tokenizer": ("coding_agent_rl.policy.tokenizer_cli", "write a tokenizer directory (qwen3)"),
     "agents": ("coding_agent_rl.harness.cli", "fetch agent CLI binaries into the cache"),
     "convert": ("coding_agent_rl.datasets.cli_convert", "convert SWE-bench-style datasets"),
-    "validate": ("coding_agent_rl.datasets.cli_validate", "validate a dataset with its gold patches"),
+    "validate": (
+        "coding_agent_rl.datasets.cli_validate",
+        "validate a dataset with its gold patches",
+    ),
     "run": ("coding_agent_rl.commands.run", "run rollouts over a dataset"),
     "demo": ("coding_agent_rl.commands.demo", "the whole pipeline on bundled tasks, no GPU"),
     "view": ("coding_agent_rl.commands.view", "render a run's HTML report"),

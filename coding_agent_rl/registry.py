@@ -18,7 +18,9 @@ class MissingExtra(ImportError):
 class Registry:
     """Maps a name to ``"module:Class"`` (and the pip extra it needs); imports on first use."""
 
-    def __init__(self, kind: str, entry_point_group: str, builtins: dict[str, tuple[str, str | None]]):
+    def __init__(
+        self, kind: str, entry_point_group: str, builtins: dict[str, tuple[str, str | None]]
+    ):
         self.kind = kind
         self.group = entry_point_group
         self._builtins = dict(builtins)

@@ -74,14 +74,16 @@ class Sample:
             )
         if n > len(self.tokens):
             raise ValueError(f"response_length {n} exceeds tokens {len(self.tokens)}")
-        for m, lp in zip(self.loss_mask, self.rollout_log_probs):
+        for m, lp in zip(self.loss_mask, self.rollout_log_probs, strict=True):
             if m not in (0, 1):
                 raise ValueError(f"loss_mask holds {m!r}, not 0/1")
             if m == 0 and lp != 0.0:
                 raise ValueError("masked token carries a non-zero log prob")
 
 
-def aborted_sample(base: Sample, reason: str, failure_kind: str = "infra", **metadata: Any) -> Sample:
+def aborted_sample(
+    base: Sample, reason: str, failure_kind: str = "infra", **metadata: Any
+) -> Sample:
     """The placeholder slime drops from training: one masked token, ``remove_sample=True``."""
     meta = dict(base.metadata)
     meta.update(metadata, abort_reason=reason, failure_kind=failure_kind)

@@ -36,10 +36,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     if IN_CI and docker_engine_reason() is not None:
-        raise pytest.UsageError(f"CI=true but {docker_engine_reason()}: docker tests cannot be skipped")
+        raise pytest.UsageError(
+            f"CI=true but {docker_engine_reason()}: docker tests cannot be skipped"
+        )
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     reason = docker_engine_reason.cache_info().currsize and docker_engine_reason()
     if reason:
-        terminalreporter.write_line(f"WARNING: docker-marked tests were SKIPPED: {reason}", red=True)
+        terminalreporter.write_line(
+            f"WARNING: docker-marked tests were SKIPPED: {reason}", red=True
+        )

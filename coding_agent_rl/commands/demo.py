@@ -24,20 +24,24 @@ GIVE_UP = {"steps": [{"say": "I looked at the repository but I cannot solve this
 # What reward hackers do: make the visible tests vacuous and force every test to pass.
 REWRITE_TESTS = {
     "steps": [
-        {"shell": (
-            "for f in $(git ls-files 'tests/*.py' 'test_*.py'); do "
-            "printf 'def test_ok():\\n    assert True\\n' > \"$f\"; done; "
-            "printf 'import pytest\\n\\n@pytest.hookimpl(hookwrapper=True)\\n"
-            "def pytest_runtest_makereport(item, call):\\n    outcome = yield\\n"
-            "    rep = outcome.get_result()\\n    rep.outcome = \"passed\"\\n' > conftest.py"
-        )},
+        {
+            "shell": (
+                "for f in $(git ls-files 'tests/*.py' 'test_*.py'); do "
+                "printf 'def test_ok():\\n    assert True\\n' > \"$f\"; done; "
+                "printf 'import pytest\\n\\n@pytest.hookimpl(hookwrapper=True)\\n"
+                "def pytest_runtest_makereport(item, call):\\n    outcome = yield\\n"
+                '    rep = outcome.get_result()\\n    rep.outcome = "passed"\\n\' > conftest.py'
+            )
+        },
         {"say": "All tests pass now."},
     ]
 }
 
 
 def examples_dataset() -> pathlib.Path:
-    return pathlib.Path(str(resources.files("coding_agent_rl.datasets") / "examples" / "tasks.jsonl"))
+    return pathlib.Path(
+        str(resources.files("coding_agent_rl.datasets") / "examples" / "tasks.jsonl")
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -45,8 +49,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--agent", default="claude_code", help="claude_code | codex | ...")
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--agent-budget", type=float, default=300.0)
-    p.add_argument("--skip-adversaries", action="store_true",
-                   help="only the replay policy (no give-up / rewrite-tests runs)")
+    p.add_argument(
+        "--skip-adversaries",
+        action="store_true",
+        help="only the replay policy (no give-up / rewrite-tests runs)",
+    )
 
 
 def prepare(agent: str) -> list[Any]:
@@ -61,14 +68,15 @@ def prepare(agent: str) -> list[Any]:
     build_base_image()
     images = build_dataset_images(examples_dataset())
     fetch(HARNESSES.load(agent).package)
-    print(f"  prepared base image, {len(images)} task images, {agent} binary "
-          f"({time.monotonic() - t:.1f}s)", flush=True)
+    print(
+        f"  prepared base image, {len(images)} task images, {agent} binary "
+        f"({time.monotonic() - t:.1f}s)",
+        flush=True,
+    )
     return load_rows(str(examples_dataset()), None)
 
 
-def run_policy(
-    name: str, policy: str, rows: list[Any], args: argparse.Namespace
-) -> dict[str, Any]:
+def run_policy(name: str, policy: str, rows: list[Any], args: argparse.Namespace) -> dict[str, Any]:
     from coding_agent_rl.rollout.batch import run_batch
     from coding_agent_rl.rollout.outputs import RunWriter
     from coding_agent_rl.rollout.runner import RolloutConfig
@@ -76,17 +84,27 @@ def run_policy(
 
     out = args.out / name
     config = RuntimeConfig(
-        agent=args.agent, policy=policy, sampling_defaults={"max_new_tokens": 2048},
+        agent=args.agent,
+        policy=policy,
+        sampling_defaults={"max_new_tokens": 2048},
         rollout=RolloutConfig(
-            backend="docker", agent_budget_s=args.agent_budget, eval_timeout_s=120,
-            max_context=32768, out_dir=out,
+            backend="docker",
+            agent_budget_s=args.agent_budget,
+            eval_timeout_s=120,
+            max_context=32768,
+            out_dir=out,
         ),
     )
     print(f"\n== policy {name}: {len(rows)} rollouts with {args.agent} in Docker", flush=True)
-    summary = asyncio.run(run_batch(
-        rows, config, RunWriter(out), concurrency=args.concurrency,
-        info={"dataset": "bundled examples", "run_id": f"demo-{name}"},
-    ))
+    summary = asyncio.run(
+        run_batch(
+            rows,
+            config,
+            RunWriter(out),
+            concurrency=args.concurrency,
+            info={"dataset": "bundled examples", "run_id": f"demo-{name}"},
+        )
+    )
     from coding_agent_rl.report.html import render_report
 
     summary["report"] = str(render_report(out, out / "report.html"))
@@ -122,7 +140,9 @@ def run(args: argparse.Namespace) -> int:
     print("\n" + table(results))
     for name, s in results.items():
         print(f"report ({name}): {s['report']}")
-    print(f"\ndone in {time.monotonic() - t0:.0f}s. Point it at a real policy with:\n"
-          f"  coding-agent-rl run --dataset {examples_dataset()} --agent {args.agent} \\\n"
-          "    --sglang-url http://HOST:30000 --tokenizer /path/to/hf_checkpoint --out runs/real")
+    print(
+        f"\ndone in {time.monotonic() - t0:.0f}s. Point it at a real policy with:\n"
+        f"  coding-agent-rl run --dataset {examples_dataset()} --agent {args.agent} \\\n"
+        "    --sglang-url http://HOST:30000 --tokenizer /path/to/hf_checkpoint --out runs/real"
+    )
     return 0

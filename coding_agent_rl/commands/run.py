@@ -19,7 +19,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--sglang-url", help="a served policy (SGLang server or router)")
     src.add_argument("--policy", help="a CPU policy: replay | scripted:FILE | hf:DIR")
-    p.add_argument("--tokenizer", default="qwen3", help="HF tokenizer dir, or 'qwen3' (built offline)")
+    p.add_argument(
+        "--tokenizer", default="qwen3", help="HF tokenizer dir, or 'qwen3' (built offline)"
+    )
     p.add_argument("--out", required=True, type=pathlib.Path)
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--n-samples", type=int, default=1, help="rollouts per task (one GRPO group)")
@@ -33,8 +35,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=4096)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--reward-mode", choices=("full", "split"), default="full")
-    p.add_argument("--sandbox-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="backend option, e.g. memory=4g, cpus=2 (repeatable)")
+    p.add_argument(
+        "--sandbox-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="backend option, e.g. memory=4g, cpus=2 (repeatable)",
+    )
 
 
 def parse_options(items: list[str]) -> dict[str, object]:
@@ -100,9 +107,17 @@ def run(args: argparse.Namespace) -> int:
     rows = load_rows(args.dataset, args.limit)
     config = build_config(args)
     writer = RunWriter(args.out, resume=args.resume)
-    summary = asyncio.run(run_batch(
-        rows, config, writer, concurrency=args.concurrency, n_samples=args.n_samples,
-        info={"dataset": str(args.dataset)},
-    ))
-    print(json.dumps({k: summary[k] for k in ("total", "solved", "mean_reward", "failures_by_kind")}))
+    summary = asyncio.run(
+        run_batch(
+            rows,
+            config,
+            writer,
+            concurrency=args.concurrency,
+            n_samples=args.n_samples,
+            info={"dataset": str(args.dataset)},
+        )
+    )
+    print(
+        json.dumps({k: summary[k] for k in ("total", "solved", "mean_reward", "failures_by_kind")})
+    )
     return 0

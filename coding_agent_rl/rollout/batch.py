@@ -21,10 +21,19 @@ def make_samples(rows: list[Any], n_samples: int) -> list[tuple[Any, Sample]]:
     for g, row in enumerate(rows):
         for k in range(n_samples):
             index = g * n_samples + k
-            out.append((row, Sample(
-                group_index=g, index=index, rollout_id=index, prompt=row.prompt, label=row.label,
-                metadata=dict(row.metadata),
-            )))
+            out.append(
+                (
+                    row,
+                    Sample(
+                        group_index=g,
+                        index=index,
+                        rollout_id=index,
+                        prompt=row.prompt,
+                        label=row.label,
+                        metadata=dict(row.metadata),
+                    ),
+                )
+            )
     return out
 
 
@@ -52,7 +61,10 @@ class Progress:
             self.stream.flush()
         else:
             log.info(
-                "%s  (%s reward=%s kind=%s)", line, record["instance_id"], record.get("reward"),
+                "%s  (%s reward=%s kind=%s)",
+                line,
+                record["instance_id"],
+                record.get("reward"),
                 record.get("failure_kind"),
             )
 
@@ -62,12 +74,18 @@ class Progress:
 
 
 async def run_batch(
-    rows: list[Any], config: RuntimeConfig, writer: RunWriter, *, concurrency: int = 4,
-    n_samples: int = 1, info: dict[str, Any] | None = None,
+    rows: list[Any],
+    config: RuntimeConfig,
+    writer: RunWriter,
+    *,
+    concurrency: int = 4,
+    n_samples: int = 1,
+    info: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run every (row, k) not yet in ``writer``; returns the summary (also written to disk)."""
     todo = [
-        (row, s) for row, s in make_samples(rows, n_samples)
+        (row, s)
+        for row, s in make_samples(rows, n_samples)
         if rollout_key(row.instance_id, s.index) not in writer.done_keys()
     ]
     runtime = Runtime(config)
@@ -90,8 +108,12 @@ async def run_batch(
         progress.close()
         await runtime.stop()
         summary = summarize(
-            writer.results, **(info or {}), agent=config.agent, sandbox=config.rollout.backend,
-            policy=config.policy or config.sglang_url, tokenizer=config.tokenizer,
+            writer.results,
+            **(info or {}),
+            agent=config.agent,
+            sandbox=config.rollout.backend,
+            policy=config.policy or config.sglang_url,
+            tokenizer=config.tokenizer,
             wall_s=round(time.monotonic() - t0, 2),
         )
         writer.close(summary)

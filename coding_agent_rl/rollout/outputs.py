@@ -82,7 +82,9 @@ def summarize(results: list[dict[str, Any]], **info: Any) -> dict[str, Any]:
         **info,
         "total": total,
         "solved": solved,
-        "mean_reward": round(sum(r.get("reward") or 0 for r in results) / total, 4) if total else 0.0,
+        "mean_reward": round(sum(r.get("reward") or 0 for r in results) / total, 4)
+        if total
+        else 0.0,
         "failures_by_kind": dict(kinds),
         "timings_p50": p50,
         "samples": sum(r.get("num_segments") or 0 for r in results),

@@ -24,7 +24,11 @@ def render_prompt(problem_statement: str, workdir: str, template: str | None = N
     """``template`` (or ``$SWE_CC_PROMPT``, slime's name) uses ``$workdir``,
     ``$problem_statement`` and ``$problem_file``; ``{problem_statement}`` style works too."""
     template = template or os.environ.get("SWE_CC_PROMPT") or DEFAULT_TEMPLATE
-    values = {"workdir": workdir, "problem_statement": problem_statement, "problem_file": PROBLEM_FILE}
+    values = {
+        "workdir": workdir,
+        "problem_statement": problem_statement,
+        "problem_file": PROBLEM_FILE,
+    }
     if "$" not in template and "{" in template:
         return template.format(**values)
     return string.Template(template).safe_substitute(values)

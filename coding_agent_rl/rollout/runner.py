@@ -92,7 +92,11 @@ class RolloutRunner:
         self.run_id = run_id or uuid.uuid4().hex[:8]
 
     async def run(
-        self, row: Any, base: Sample, *, sampling_params: dict[str, Any] | None = None,
+        self,
+        row: Any,
+        base: Sample,
+        *,
+        sampling_params: dict[str, Any] | None = None,
         evaluation: bool = False,
     ) -> RolloutOutcome:
         """Never raises for a per-rollout failure (cancellation still propagates)."""
@@ -103,8 +107,12 @@ class RolloutRunner:
             if outcome.record["failure_kind"] != "infra":
                 break
             log.warning(
-                "rollout %s/%s infra failure (attempt %d/%d): %s", row.instance_id, base.index,
-                attempt + 1, attempts, outcome.record["abort_reason"],
+                "rollout %s/%s infra failure (attempt %d/%d): %s",
+                row.instance_id,
+                base.index,
+                attempt + 1,
+                attempts,
+                outcome.record["abort_reason"],
             )
         assert outcome is not None
         outcome.record["retries"] = attempt
@@ -112,7 +120,11 @@ class RolloutRunner:
         return outcome
 
     async def _attempt(
-        self, row: Any, base: Sample, attempt: int, sampling_params: dict[str, Any] | None,
+        self,
+        row: Any,
+        base: Sample,
+        attempt: int,
+        sampling_params: dict[str, Any] | None,
         evaluation: bool,
     ) -> RolloutOutcome:
         sid = f"{self.run_id}-{row.instance_id}-{base.index}-{attempt}-{uuid.uuid4().hex[:6]}"
@@ -141,7 +153,9 @@ class RolloutRunner:
         except (InfraFailure, SandboxError) as e:
             samples = self._abort(base, record, f"{type(e).__name__}: {e}", "infra")
         except asyncio.TimeoutError:
-            samples = self._abort(base, record, f"rollout deadline {self.config.deadline:.0f}s", "infra")
+            samples = self._abort(
+                base, record, f"rollout deadline {self.config.deadline:.0f}s", "infra"
+            )
         except asyncio.CancelledError:
             raise
         except Exception as e:  # a bug must cost one rollout, not the batch
@@ -155,8 +169,14 @@ class RolloutRunner:
         return RolloutOutcome(samples, record)
 
     async def _pipeline(
-        self, row: Any, base: Sample, sid: str, record: dict[str, Any], timings: Timings,
-        art: pathlib.Path | None, evaluation: bool,
+        self,
+        row: Any,
+        base: Sample,
+        sid: str,
+        record: dict[str, Any],
+        timings: Timings,
+        art: pathlib.Path | None,
+        evaluation: bool,
     ) -> list[Sample]:
         cfg = self.config
         if self.on_session_open is not None:
@@ -172,8 +192,11 @@ class RolloutRunner:
                 base_commit = await self._prepare_repo(sb, row)
             with timings.phase("install_s"):
                 ctx = HarnessContext(
-                    adapter_url=self.adapter_url, session_id=sid, model=cfg.model_name,
-                    workdir=row.workdir, log_dir=art,
+                    adapter_url=self.adapter_url,
+                    session_id=sid,
+                    model=cfg.model_name,
+                    workdir=row.workdir,
+                    log_dir=art,
                 )
                 try:
                     await self.harness.install(sb)
@@ -201,16 +224,23 @@ class RolloutRunner:
         record["artifacts"] = self._artifacts(art, agent)
         with timings.phase("grade_s"):
             result = await grade(
-                row, diff.text, backend=cfg.backend, sandbox_options=cfg.sandbox_options,
+                row,
+                diff.text,
+                backend=cfg.backend,
+                sandbox_options=cfg.sandbox_options,
                 timeout=cfg.eval_timeout_s,
             )
         self._write_artifact(art, "test_log.txt", result.test_log)
         record.update(
             reward=result.reward,
-            f2p_passed=result.f2p_passed, f2p_total=result.f2p_total,
-            p2p_passed=result.p2p_passed, p2p_total=result.p2p_total,
-            tests=result.tests, protected_paths_touched=result.protected_paths_touched,
-            apply_method=result.apply_method, tests_s=getattr(result, "tests_s", None),
+            f2p_passed=result.f2p_passed,
+            f2p_total=result.f2p_total,
+            p2p_passed=result.p2p_passed,
+            p2p_total=result.p2p_total,
+            tests=result.tests,
+            protected_paths_touched=result.protected_paths_touched,
+            apply_method=result.apply_method,
+            tests_s=getattr(result, "tests_s", None),
             diff_truncated=diff.truncated_reason,
         )
         if result.failure_kind == "infra":
@@ -244,26 +274,46 @@ class RolloutRunner:
             raise InfraFailure(f"agent made no model call (exit {agent.exit_code}): {tail}")
 
     def _samples(
-        self, row: Any, base: Sample, sid: str, turns: list[Any], record: dict[str, Any],
-        reward: float, evaluation: bool,
+        self,
+        row: Any,
+        base: Sample,
+        sid: str,
+        turns: list[Any],
+        record: dict[str, Any],
+        reward: float,
+        evaluation: bool,
     ) -> list[Sample]:
         base = dataclasses.replace(
-            base, session_id=sid,
-            metadata={**base.metadata, "instance_id": row.instance_id, "failure_kind": record["failure_kind"]},
+            base,
+            session_id=sid,
+            metadata={
+                **base.metadata,
+                "instance_id": row.instance_id,
+                "failure_kind": record["failure_kind"],
+            },
         )
         samples = build_samples(
-            turns, base, reward=reward, reward_mode=self.config.reward_mode,
-            max_context=self.config.max_context, decode=self.decode,
+            turns,
+            base,
+            reward=reward,
+            reward_mode=self.config.reward_mode,
+            max_context=self.config.max_context,
+            decode=self.decode,
         )
         trained = sum(sum(s.loss_mask or []) for s in samples)
         record.update(
-            num_segments=len(samples), turns=len(turns),
+            num_segments=len(samples),
+            turns=len(turns),
             metrics={
                 "tokens_generated": sum(len(t.output_ids) for t in turns),
                 "tokens_trained": trained,
                 "truncation_reason": next(
-                    (s.metadata.get("truncation_reason") or "length" for s in samples
-                     if s.status == Status.TRUNCATED), None,
+                    (
+                        s.metadata.get("truncation_reason") or "length"
+                        for s in samples
+                        if s.status == Status.TRUNCATED
+                    ),
+                    None,
                 ),
             },
         )
@@ -287,10 +337,14 @@ class RolloutRunner:
         d.mkdir(parents=True, exist_ok=True)
         return d
 
-    def _write_artifact(self, art: pathlib.Path | None, name: str, data: str | bytes | None) -> None:
+    def _write_artifact(
+        self, art: pathlib.Path | None, name: str, data: str | bytes | None
+    ) -> None:
         if art is None or data is None:
             return
-        (art / name).write_bytes(data if isinstance(data, bytes) else data.encode("utf-8", "replace"))
+        (art / name).write_bytes(
+            data if isinstance(data, bytes) else data.encode("utf-8", "replace")
+        )
 
     def _artifacts(self, art: pathlib.Path | None, agent: Any) -> dict[str, str]:
         if art is None or self.config.out_dir is None:
@@ -301,4 +355,3 @@ class RolloutRunner:
             out["agent_log"] = str(pathlib.Path(agent.host_log_path).relative_to(root))
         out["test_log"] = str((art / "test_log.txt").relative_to(root))
         return out
-

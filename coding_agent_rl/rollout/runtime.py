@@ -29,7 +29,9 @@ class RuntimeConfig:
 
     def __post_init__(self) -> None:
         if bool(self.sglang_url) == bool(self.policy):
-            raise ValueError("give exactly one of sglang_url (a served policy) or policy (a CPU policy)")
+            raise ValueError(
+                "give exactly one of sglang_url (a served policy) or policy (a CPU policy)"
+            )
 
 
 class Runtime:
@@ -66,15 +68,17 @@ class Runtime:
                     server.register(sid, patch=row.patch or "", workdir=row.workdir)
 
         sampling = {"max_new_tokens": 4096, **cfg.sampling_defaults}
-        self.adapter = AdapterServer(AdapterConfig(
-            sglang_url=sglang_url,
-            renderer=Renderer(self.tokenizer),
-            tool_parser=cfg.tool_parser,
-            reasoning_parser=cfg.reasoning_parser,
-            max_context=cfg.rollout.max_context,
-            sampling_defaults=sampling,
-            model_name=cfg.rollout.model_name,
-        ))
+        self.adapter = AdapterServer(
+            AdapterConfig(
+                sglang_url=sglang_url,
+                renderer=Renderer(self.tokenizer),
+                tool_parser=cfg.tool_parser,
+                reasoning_parser=cfg.reasoning_parser,
+                max_context=cfg.rollout.max_context,
+                sampling_defaults=sampling,
+                model_name=cfg.rollout.model_name,
+            )
+        )
         backend = cfg.rollout.backend
         bind = adapter_bind_host(backend)
         port = cfg.adapter_port or int(os.environ.get("ADAPTER_PORT", "0"))
@@ -86,8 +90,12 @@ class Runtime:
         log.info("adapter listening on %s (sandboxes reach it at %s)", local_url, public_url)
         harness = get_harness(cfg.agent, **cfg.harness_options)
         self.runner = RolloutRunner(
-            adapter=self.adapter, adapter_url=public_url, harness=harness, config=cfg.rollout,
-            decode=lambda ids: self.tokenizer.decode(ids), on_session_open=on_open,
+            adapter=self.adapter,
+            adapter_url=public_url,
+            harness=harness,
+            config=cfg.rollout,
+            decode=lambda ids: self.tokenizer.decode(ids),
+            on_session_open=on_open,
         )
         return self
 

@@ -100,8 +100,14 @@ class Sandbox(abc.ABC):
 
     @abc.abstractmethod
     async def _exec(
-        self, cmd: str, *, user: str, env: dict[str, str] | None, cwd: str | None,
-        timeout: float, idempotent: bool,
+        self,
+        cmd: str,
+        *,
+        user: str,
+        env: dict[str, str] | None,
+        cwd: str | None,
+        timeout: float,
+        idempotent: bool,
     ) -> ExecResult: ...
 
     @abc.abstractmethod
@@ -168,14 +174,20 @@ class Sandbox(abc.ABC):
         return result
 
     async def write_file(
-        self, path: str, content: str | bytes | pathlib.Path, *, user: str = "root",
+        self,
+        path: str,
+        content: str | bytes | pathlib.Path,
+        *,
+        user: str = "root",
         mode: int | None = None,
     ) -> None:
         """Write ``content`` to ``path``, creating parent directories; binary-safe."""
         self._check_open()
         await self._write(path, to_bytes(content), user=user, mode=mode)
 
-    async def read_file(self, path: str, *, user: str = "root", binary: bool = False) -> str | bytes:
+    async def read_file(
+        self, path: str, *, user: str = "root", binary: bool = False
+    ) -> str | bytes:
         """Read ``path``; a missing file raises :class:`SandboxFileNotFound`."""
         self._check_open()
         data = await self._read(path, user=user)

@@ -16,8 +16,19 @@ log = logging.getLogger(__name__)
 
 BASE_IMAGE = "coding-agent-rl/base:latest"
 BASE_PACKAGES = [
-    "python3", "python3-pytest", "git", "patch", "procps", "ca-certificates", "bash",
-    "coreutils", "findutils", "sed", "grep", "diffutils", "less",
+    "python3",
+    "python3-pytest",
+    "git",
+    "patch",
+    "procps",
+    "ca-certificates",
+    "bash",
+    "coreutils",
+    "findutils",
+    "sed",
+    "grep",
+    "diffutils",
+    "less",
 ]
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 
@@ -58,7 +69,10 @@ def _run(cmd: list[str], **kw) -> None:
 
 
 def build_base_image(
-    name: str = BASE_IMAGE, *, rebuild: bool = False, from_image: str | None = None,
+    name: str = BASE_IMAGE,
+    *,
+    rebuild: bool = False,
+    from_image: str | None = None,
     mirror: str | None = None,
 ) -> str:
     """Build (or reuse) the base image; returns its name."""
@@ -81,17 +95,30 @@ def build_base_image(
     mirror = mirror or apt_mirror()
     with tempfile.TemporaryDirectory(prefix="car-rootfs-") as tmp:
         rootfs = pathlib.Path(tmp) / "rootfs"
-        _run([
-            "debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}",
-            "bookworm", str(rootfs), mirror,
-        ])
+        _run(
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={','.join(BASE_PACKAGES)}",
+                "bookworm",
+                str(rootfs),
+                mirror,
+            ]
+        )
         # Lean image: apt caches and docs are not needed in a sandbox.
-        for sub in ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man"):
+        for sub in (
+            "var/cache/apt/archives",
+            "var/lib/apt/lists",
+            "usr/share/doc",
+            "usr/share/man",
+        ):
             shutil.rmtree(rootfs / sub, ignore_errors=True)
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
         imp = subprocess.run(
             ["docker", "import", "--change", 'CMD ["/bin/bash"]', "-", name],
-            stdin=tar.stdout, capture_output=True, text=True,
+            stdin=tar.stdout,
+            capture_output=True,
+            text=True,
         )
         tar.wait()
         if imp.returncode != 0 or tar.returncode != 0:
