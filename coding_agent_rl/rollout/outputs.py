@@ -46,11 +46,40 @@ class RunWriter:
         self._samples.flush()
         self._results.flush()
         self.results.append(record)
+        write_metrics(self.out / "metrics.prom", self.results)
 
     def close(self, summary: dict[str, Any]) -> None:
         self._samples.close()
         self._results.close()
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def write_metrics(path: pathlib.Path, results: list[dict[str, Any]]) -> None:
+    """Prometheus text-format counters for long runs (node_exporter's textfile collector
+    reads the file; replaced atomically after every rollout)."""
+    outcomes = Counter(
+        r.get("failure_kind") or ("solved" if (r.get("reward") or 0) >= 1.0 else "unsolved")
+        for r in results
+    )
+    phases: Counter[str] = Counter()
+    for r in results:
+        for k, v in (r.get("timings") or {}).items():
+            phases[k.removesuffix("_s")] += v
+    metrics = [r.get("metrics") or {} for r in results]
+    lines = ["# TYPE coding_agent_rl_rollouts_total counter"]
+    lines += [f'coding_agent_rl_rollouts_total{{outcome="{k}"}} {v}' for k, v in outcomes.items()]
+    lines.append("# TYPE coding_agent_rl_reward_sum counter")
+    lines.append(f"coding_agent_rl_reward_sum {sum(r.get('reward') or 0 for r in results)}")
+    for name in ("tokens_generated", "tokens_trained", "retries"):
+        lines.append(f"# TYPE coding_agent_rl_{name}_total counter")
+        lines.append(f"coding_agent_rl_{name}_total {sum(m.get(name) or 0 for m in metrics)}")
+    lines.append("# TYPE coding_agent_rl_phase_seconds_sum counter")
+    lines += [
+        f'coding_agent_rl_phase_seconds_sum{{phase="{k}"}} {v:.3f}' for k, v in phases.items()
+    ]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(path)
 
 
 def read_jsonl(path: pathlib.Path) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import pathlib
 import uuid
@@ -32,6 +33,11 @@ from coding_agent_rl.trajectory import build_samples
 from coding_agent_rl.types import Sample, Status, aborted_sample
 
 log = logging.getLogger(__name__)
+
+
+def event(name: str, sid: str, **fields: Any) -> None:
+    """One structured log line per rollout event: ``rollout.<name> sid=... {json fields}``."""
+    log.info("rollout.%s sid=%s %s", name, sid, json.dumps(fields, default=str, sort_keys=True))
 
 
 class InfraFailure(Exception):
@@ -142,6 +148,7 @@ class RolloutRunner:
             "agent_timed_out": None,
         }
         art = self._artifact_dir(row, base)
+        event("start", sid, instance_id=row.instance_id, index=base.index, attempt=attempt)
         self.adapter.sessions.open(
             sid, sampling_defaults=sampling_params, max_turns=self.config.max_turns
         )
@@ -166,6 +173,14 @@ class RolloutRunner:
                 self.adapter.sessions.close(sid)
                 self.adapter.sessions.pop(sid)
         record["timings"] = timings.as_dict()
+        event(
+            "end",
+            sid,
+            reward=record["reward"],
+            failure_kind=record["failure_kind"],
+            reason=record["abort_reason"] or record.get("fail_reason"),
+            total_s=record["timings"]["total_s"],
+        )
         return RolloutOutcome(samples, record)
 
     async def _pipeline(
@@ -212,6 +227,14 @@ class RolloutRunner:
             record["agent_timed_out"] = agent.timed_out
             await self.adapter.sessions.settled(sid, timeout=10.0)
             turns = self.adapter.sessions.turns(sid)
+            event(
+                "agent_done",
+                sid,
+                exit_code=agent.exit_code,
+                timed_out=agent.timed_out,
+                turns=len(turns),
+                agent_s=round(agent.duration_s, 3),
+            )
             self._check_agent(sid, agent, turns)
             with timings.phase("diff_s"):
                 try:

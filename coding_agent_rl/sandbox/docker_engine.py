@@ -1,0 +1,174 @@
+"""Process-wide plumbing for the Docker backend: client, thread pool, labels, gc, gateway.
+
+The docker SDK is blocking; every call runs on a dedicated thread pool (not asyncio's default
+executor, which has only ``cpu + 4`` threads and would serialise 16+ concurrent execs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import fcntl
+import functools
+import ipaddress
+import os
+import socket
+import struct
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import docker
+import docker.errors
+
+T = TypeVar("T")
+
+LABEL_RUN = "coding-agent-rl.run"
+LABEL_SANDBOX = "coding-agent-rl.sandbox"
+DEFAULT_BOOT_CONCURRENCY = 16
+
+_lock = threading.Lock()
+_client: docker.DockerClient | None = None
+_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_run_id: str | None = None
+
+
+def client() -> docker.DockerClient:
+    """The process-wide client (``DOCKER_HOST`` etc. honoured), created on first use."""
+    global _client
+    with _lock:
+        if _client is None:
+            # One pooled connection per concurrent call; exec streams hold theirs for their
+            # whole duration, so the SDK's default of 10 would churn connections.
+            _client = docker.DockerClient.from_env(max_pool_size=256, timeout=120)
+        return _client
+
+
+def _executor() -> concurrent.futures.ThreadPoolExecutor:
+    global _pool
+    with _lock:
+        if _pool is None:
+            _pool = concurrent.futures.ThreadPoolExecutor(512, thread_name_prefix="car-docker")
+        return _pool
+
+
+def _observe(fut: asyncio.Future[Any]) -> None:
+    # A call whose awaiting task was cancelled still finishes; mark its error as seen.
+    if not fut.cancelled():
+        fut.exception()
+
+
+def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> asyncio.Future[T]:
+    """Run a blocking SDK call on the Docker thread pool."""
+    loop = asyncio.get_running_loop()
+    fut = loop.run_in_executor(_executor(), functools.partial(fn, *args, **kwargs))
+    fut.add_done_callback(_observe)
+    return fut
+
+
+def submit(fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
+    """Run ``fn`` on the pool without an event loop (cleanup that must outlive a cancelled task)."""
+    return _executor().submit(fn, *args)
+
+
+def default_run_id() -> str:
+    """This process's run id (labels every container it creates unless ``run_id`` is given)."""
+    global _run_id
+    with _lock:
+        if _run_id is None:
+            _run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        return _run_id
+
+
+def boot_concurrency(option: int | None) -> int:
+    if option is not None:
+        return max(1, option)
+    return max(1, int(os.environ.get("SWE_BOOT_CONCURRENCY") or DEFAULT_BOOT_CONCURRENCY))
+
+
+# asyncio primitives belong to one loop; tests run one loop per test, slime one per process.
+_semaphores: dict[tuple[int, int], tuple[asyncio.AbstractEventLoop, asyncio.Semaphore]] = {}
+
+
+def boot_semaphore(limit: int) -> asyncio.Semaphore:
+    """The semaphore bounding concurrent creations in the running loop."""
+    loop = asyncio.get_running_loop()
+    key = (id(loop), limit)
+    with _lock:
+        entry = _semaphores.get(key)
+        if entry is None or entry[0] is not loop:
+            for k in [k for k, (lp, _) in _semaphores.items() if lp.is_closed()]:
+                del _semaphores[k]
+            entry = _semaphores[key] = (loop, asyncio.Semaphore(limit))
+        return entry[1]
+
+
+def _label_filter(run_id: str | None) -> dict[str, Any]:
+    labels = [f"{LABEL_SANDBOX}=1"]
+    if run_id is not None:
+        labels.append(f"{LABEL_RUN}={run_id}")
+    return {"label": labels}
+
+
+def list_containers(run_id: str | None = None) -> list[dict[str, Any]]:
+    """Our containers (all runs unless ``run_id``), as the engine's list summaries."""
+    return client().api.containers(all=True, filters=_label_filter(run_id))
+
+
+def remove_container(cid: str) -> bool:
+    """Force-remove a container and its anonymous volumes; False when it was already gone."""
+    try:
+        client().api.remove_container(cid, force=True, v=True)
+        return True
+    except docker.errors.NotFound:
+        return False
+    except docker.errors.APIError as e:
+        if e.status_code == 409:  # removal already in progress
+            return False
+        raise
+
+
+async def gc(run_id: str | None = None) -> int:
+    """Remove our containers (of ``run_id``, or of every run); returns how many were removed."""
+    summaries = await in_thread(list_containers, run_id)
+    removed = await asyncio.gather(*(in_thread(remove_container, s["Id"]) for s in summaries))
+    return sum(removed)
+
+
+def _interface_ipv4(name: str) -> str | None:
+    """IPv4 address of a local network interface (SIOCGIFADDR), or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
+        except OSError:
+            return None
+    return socket.inet_ntoa(packed[20:24])
+
+
+def gateway_ip(network: str = "bridge") -> str:
+    """The address containers on ``network`` use to reach the host.
+
+    The IPAM gateway when the engine reports one; Debian's engine 20.10 lists only the subnet
+    for the default bridge, so then the bridge interface's address, else the subnet's first host.
+    """
+    info = client().api.inspect_network(network)
+    configs = (info.get("IPAM") or {}).get("Config") or []
+    for cfg in configs:
+        if cfg.get("Gateway"):
+            return cfg["Gateway"].split("/")[0]
+    bridge = (info.get("Options") or {}).get("com.docker.network.bridge.name")
+    if bridge:
+        with contextlib.suppress(OSError):
+            address = _interface_ipv4(bridge)
+            if address:
+                return address
+    for cfg in configs:
+        if not cfg.get("Subnet"):
+            continue
+        subnet = ipaddress.ip_network(cfg["Subnet"], strict=False)
+        if subnet.version == 4:
+            return str(next(subnet.hosts()))
+    raise RuntimeError(f"cannot determine the gateway of docker network {network!r}")

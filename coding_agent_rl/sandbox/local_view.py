@@ -1,0 +1,122 @@
+"""What a local (bubblewrap) sandbox sees: its filesystem view and its users.
+
+The source tree (``/`` for ``image="host"``, else an unpacked root filesystem) is shown
+read-only, one bind per top-level entry on bwrap's own root, so directories that do not exist in
+the source (``/workspace``) can still be mount points. The private directories are copies kept
+in a host temp dir. In host mode the host's ``/tmp``, ``/root``, ``/home`` start empty and
+``/run`` (the docker socket, among others) and the engines' state are never shown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import posixpath
+import shutil
+import subprocess
+
+from coding_agent_rl.sandbox.base import ImageNotFound
+
+PRIVATE_DIRS = ("/tmp", "/root", "/home", "/workspace")
+_NEVER_SHOWN = {"proc", "dev", "sys", "run", "tmp", "root", "home", "workspace", "lost+found"}
+# Host mode: container engines' state. Their overlay mounts come and go while other containers
+# start and stop, which makes a recursive bind of /var fail at random; nothing there is needed.
+_HOST_HIDDEN = ("/var/lib/docker", "/var/lib/containerd")
+
+
+def bwrap_reason() -> str | None:
+    """None when bubblewrap can run sandboxes here, else why not."""
+    if shutil.which("bwrap") is None:
+        return "bubblewrap is not installed (apt-get install bubblewrap)"
+    if os.geteuid() != 0:
+        return "the local sandbox needs root (it joins namespaces with nsenter and bwrap --pidns)"
+    r = subprocess.run(
+        ["bwrap", "--dev-bind", "/", "/", "--unshare-pid", "true"], capture_output=True, text=True
+    )
+    return None if r.returncode == 0 else f"bwrap does not work here: {r.stderr.strip()}"
+
+
+def private_dirs(writable: list[str] | None) -> list[str]:
+    """The sandbox paths that are private writable copies, parents before children."""
+    extra = [posixpath.normpath(p) for p in writable or []]
+    for p in extra:
+        if not posixpath.isabs(p) or p == "/":
+            raise ValueError(f"option 'writable' of the local sandbox: bad path {p!r}")
+    return sorted(set(PRIVATE_DIRS) | set(extra), key=lambda p: (p.count("/"), p))
+
+
+def check_root(root: pathlib.Path) -> None:
+    if not (root / "usr").is_dir():
+        raise ImageNotFound(
+            f"local sandbox image {str(root)!r} is not an unpacked root filesystem; make one "
+            "with: mkdir -p DIR && docker export $(docker create IMAGE) | tar -x -C DIR "
+            "(or use image='host')"
+        )
+
+
+def build_view(
+    root: pathlib.Path,
+    *,
+    host_mode: bool,
+    private: list[str],
+    workspace: str | None,
+    store: pathlib.Path,
+) -> list[str]:
+    """Blocking: copy the private directories into ``store``; returns bwrap's mount arguments."""
+    hidden = {f"/{name}" for name in _NEVER_SHOWN} | {p for p in private if p.count("/") == 1}
+    if host_mode:
+        hidden |= set(_HOST_HIDDEN)
+    mounts = _ro_binds(root, "/", hidden)
+    mounts += ["--dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc", "--tmpfs", "/run"]
+    mounts += ["--ro-bind-try", "/sys", "/sys"]
+    for i, path in enumerate(private):
+        host = store / f"{i}{path.replace('/', '_')}"
+        host.mkdir()
+        seed = pathlib.Path(workspace) if path == "/workspace" and workspace else None
+        source = root / path.lstrip("/")
+        if seed is None and source.is_dir() and not (host_mode and path in PRIVATE_DIRS):
+            seed = source
+        if seed is not None:
+            subprocess.run(
+                ["cp", "-a", "--reflink=auto", f"{seed}/.", str(host)],
+                check=True,
+                capture_output=True,
+            )
+        if path == "/tmp":
+            host.chmod(0o1777)
+        mounts += ["--bind", str(host), path]
+    return mounts
+
+
+def _ro_binds(src: pathlib.Path, dest: str, hidden: set[str]) -> list[str]:
+    """Read-only binds of ``src``'s entries at ``dest``, leaving out the ``hidden`` paths.
+
+    A directory with a hidden path below it is recreated and its entries bound one by one
+    (a bind is recursive and cannot exclude anything).
+    """
+    args: list[str] = []
+    for entry in sorted(os.scandir(src), key=lambda e: e.name):
+        path = posixpath.join(dest, entry.name)
+        if path in hidden:
+            continue
+        if entry.is_symlink():
+            args += ["--symlink", os.readlink(entry.path), path]
+        elif entry.is_dir() and any(h.startswith(path + "/") for h in hidden):
+            args += ["--dir", path, *_ro_binds(pathlib.Path(entry.path), path, hidden)]
+        else:
+            args += ["--ro-bind", entry.path, path]
+    return args
+
+
+def lookup_user(root: pathlib.Path, user: str) -> tuple[int, int, str] | None:
+    """(uid, gid, home) of ``user`` (a name, ``uid`` or ``uid:gid``) in the sandbox's passwd."""
+    if user.replace(":", "").isdigit():
+        uid, _, gid = user.partition(":")
+        return int(uid), int(gid or uid), "/"
+    with contextlib.suppress(OSError):
+        for line in (root / "etc/passwd").read_text().splitlines():
+            f = line.split(":")
+            if len(f) >= 6 and f[0] == user:
+                return int(f[2]), int(f[3]), f[5]
+    return None
