@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import pathlib
 import subprocess
 import time
@@ -126,6 +127,9 @@ def table(results: dict[str, dict[str, Any]]) -> str:
 def run(args: argparse.Namespace) -> int:
     if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
         raise UserError("no Docker engine answers; run scripts/ensure-docker.sh (as root) first")
+    if not args.verbose:  # progress lines and the table; per-event logs with -v
+        for name in ("rollout.runner", "rollout.runtime", "harness", "sandbox", "datasets"):
+            logging.getLogger(f"coding_agent_rl.{name}").setLevel(logging.WARNING)
     t0 = time.monotonic()
     print("coding-agent-rl demo: real agent CLI + Docker sandboxes + CPU policies", flush=True)
     rows = prepare(args.agent)
