@@ -6,8 +6,10 @@ Rules, applied in this order (real Claude Code interleaves all of these in ONE s
   client discarded that answer, so its output did not shape the run.
 * ``subagent``: the chain's first user message equals the ``prompt`` argument of an earlier tool
   call named in ``subagent_tools`` (``Task``/``Agent``) made on another chain, or contains it
-  when the chain's system prompt differs from the dispatcher's; the chain must start before that
-  call's tool result appears in the dispatcher's history. Nested dispatches work the same way.
+  when the chain's system prompt differs from the dispatcher's; a dispatch whose tool result has
+  not yet appeared in the dispatcher's history when the chain starts is preferred, else any
+  earlier one (an async dispatch's tool result is only a launch acknowledgement: its subagent
+  starts after it and answers in a later notification). Nested dispatches work the same way.
 * ``final``: of the remaining chains, the one whose leaf was recorded last, preferring chains
   that offer tools (side requests usually offer none). The main chain ends the run: the agent
   stops after its last answer.
@@ -117,17 +119,21 @@ def _subagent_of(
     if not user:
         return None
     mine = set(chain.indices())
-    for d in reversed(dispatches):
-        if d.turn.index >= first or d.turn.index in mine:
-            continue
-        if d.result_turn is not None and d.result_turn < first:
-            continue  # that subagent had already answered
-        if user == d.prompt:
-            return d
-        own_system = _first_text(chain, "system")
-        their_system = _first_text(chains_of[d.turn.index], "system")
-        if d.prompt in user and own_system != their_system:
-            return d
+    own_system = _first_text(chain, "system")
+    # Pass 1: dispatches still waiting for their tool result. Pass 2: any earlier dispatch: an
+    # async dispatch (Claude Code's default background agents) gets an immediate "launched"
+    # tool result, so its subagent starts after that result and answers later in a notification.
+    for answered_ok in (False, True):
+        for d in reversed(dispatches):
+            if d.turn.index >= first or d.turn.index in mine:
+                continue
+            if not answered_ok and d.result_turn is not None and d.result_turn < first:
+                continue  # that subagent had already answered (or was launched async)
+            if user == d.prompt:
+                return d
+            their_system = _first_text(chains_of[d.turn.index], "system")
+            if d.prompt in user and own_system != their_system:
+                return d
     return None
 
 
