@@ -25,8 +25,10 @@ log = logging.getLogger(__name__)
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 # Refusals the agent CLI must not retry (the rollout is over or misconfigured). Anthropic's and
-# OpenAI's SDKs honour this header; without it Claude Code retries a 429 for minutes.
-NO_RETRY_STATUSES = (401, 404, 413, 429, 503)
+# OpenAI's SDKs honour this header; without it Claude Code retries a 429 for minutes. 502: the
+# SGLang client already retried the policy server with backoff; the CLI retrying 10 more times
+# (~150 s) only delays the rollout's own infra retry.
+NO_RETRY_STATUSES = (401, 404, 413, 429, 502, 503)
 
 
 def header_session_id(request: web.Request) -> str | None:

@@ -46,11 +46,34 @@ def find_parent(
     """The most recent turn this conversation continues with only appended tool/user messages."""
     for rec in reversed(recorded):
         n = len(rec.prefix_keys)
-        if rec.tools_key != tkey or len(keys) <= n or keys[:n] != rec.prefix_keys:
+        if rec.tools_key != tkey or len(keys) <= n or keys[: n - 1] != rec.prefix_keys[: n - 1]:
+            continue
+        if keys[n - 1] != rec.prefix_keys[n - 1] and not same_calls(
+            messages[n - 1], rec.turn.assistant
+        ):
             continue
         if all(m.get("role") in APPENDABLE_ROLES for m in messages[n:]):
             return rec
     return None
+
+
+def same_calls(echo: dict[str, Any], sampled: dict[str, Any]) -> bool:
+    """Whether the client's echo of our reply is that reply with edited tool arguments.
+
+    CLIs rewrite arguments before echoing them back (Claude Code drops a leading
+    ``cd <cwd> &&`` from Bash commands); the sampled tokens stay the truth, so an echo with the
+    same text and the same calls in the same order still continues the turn.
+    """
+
+    def names(m: dict[str, Any]) -> list[Any]:
+        return [c.get("function", c).get("name") for c in m.get("tool_calls") or []]
+
+    return (
+        echo.get("role") == "assistant"
+        and (echo.get("content") or "").strip() == (sampled.get("content") or "").strip()
+        and bool(names(sampled))
+        and names(echo) == names(sampled)
+    )
 
 
 def sampling_params(
