@@ -24,6 +24,8 @@ rc=0; bash scripts/ensure-docker.sh || rc=$?
 if ((rc != 0)); then
   if in_ci; then echo "setup-env: CI=true and no Docker engine: failing" >&2; exit 1; fi
   echo "setup-env: no Docker engine; docker-marked tests will be SKIPPED (loudly)" >&2
+  # The local (bubblewrap) backend's base root filesystem: the demo and its tests run on it.
+  "$bin/coding-agent-rl" images base --backend local || echo "setup-env: no local base" >&2
 else
   "$bin/coding-agent-rl" images base
 fi

@@ -1,7 +1,8 @@
 """``coding-agent-rl demo``: the whole pipeline on the bundled example tasks, no GPU.
 
 Builds what it needs (base image, task images, agent binary cache), then runs the real agent
-CLI in Docker against three CPU policies: ``replay`` (applies each task's gold patch through
+CLI in Docker sandboxes, or in local bubblewrap ones where no engine answers (images are then
+root filesystems built with debootstrap, see ``sandbox/rootfs.py``), against three CPU policies: ``replay`` (applies each task's gold patch through
 the agent's shell tool: should solve everything), ``give-up`` (answers without touching the
 code: reward 0) and ``rewrite-tests`` (guts the visible tests and plants a conftest that forces
 PASSED: the grader must still score 0). Writes one HTML report per policy.
@@ -14,6 +15,7 @@ import asyncio
 import json
 import logging
 import pathlib
+import shutil
 import subprocess
 import time
 from importlib import resources
@@ -51,34 +53,75 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--agent-budget", type=float, default=300.0)
     p.add_argument(
+        "--sandbox",
+        choices=("auto", "docker", "local"),
+        default="auto",
+        help="auto: Docker when an engine answers, else local (bubblewrap, as root)",
+    )
+    p.add_argument("--limit", type=int, help="only the first N example tasks")
+    p.add_argument(
         "--skip-adversaries",
         action="store_true",
         help="only the replay policy (no give-up / rewrite-tests runs)",
     )
 
 
-def prepare(agent: str) -> list[Any]:
+def docker_reason() -> str | None:
+    """None when a Docker engine answers, else why not."""
+    if shutil.which("docker") is None:
+        return "the docker CLI is not installed"
+    r = subprocess.run(["docker", "info"], capture_output=True, text=True)
+    return None if r.returncode == 0 else "no Docker engine answers (scripts/ensure-docker.sh)"
+
+
+def pick_sandbox(wanted: str) -> str:
+    """``docker`` or ``local`` for ``--sandbox wanted``; a UserError when it cannot run here."""
+    from coding_agent_rl.sandbox.local import bwrap_reason
+
+    docker = docker_reason() if wanted in ("auto", "docker") else None
+    if wanted == "docker" or (wanted == "auto" and docker is None):
+        if docker:
+            raise UserError(f"--sandbox docker: {docker}")
+        return "docker"
+    local = bwrap_reason()
+    if local is None:
+        return "local"
+    if wanted == "local":
+        raise UserError(f"--sandbox local: {local}")
+    raise UserError(f"no sandbox backend works here: Docker: {docker}; local: {local}")
+
+
+def prepare(agent: str, backend: str, limit: int | None = None) -> list[Any]:
     """Base image, task images, agent binary: built once, reused on later runs."""
     from coding_agent_rl.commands.run import load_rows
     from coding_agent_rl.datasets.images import build_dataset_images
     from coding_agent_rl.harness import HARNESSES
     from coding_agent_rl.harness.cache import fetch
+    from coding_agent_rl.sandbox import rootfs
     from coding_agent_rl.sandbox.images import build_base_image
 
     t = time.monotonic()
-    build_base_image()
-    images = build_dataset_images(examples_dataset())
+    if backend == "docker":
+        build_base_image()
+    elif rootfs.find(rootfs.BASE_IMAGE) is None:
+        print("  building the base root filesystem with debootstrap (once, ~2 min)", flush=True)
+        rootfs.build_base()
+    images = build_dataset_images(examples_dataset(), backend=backend)
     fetch(HARNESSES.load(agent).package)
+    kind = "image" if backend == "docker" else "root filesystem"
     print(
-        f"  prepared base image, {len(images)} task images, {agent} binary "
+        f"  prepared base {kind}, {len(images)} task {kind}s, {agent} binary "
         f"({time.monotonic() - t:.1f}s)",
         flush=True,
     )
-    return load_rows(str(examples_dataset()), None)
+    return load_rows(str(examples_dataset()), limit)
 
 
-def run_policy(name: str, policy: str, rows: list[Any], args: argparse.Namespace) -> dict[str, Any]:
+def run_policy(
+    name: str, policy: str, rows: list[Any], args: argparse.Namespace, backend: str
+) -> dict[str, Any]:
     from coding_agent_rl.rollout.batch import run_batch
+    from coding_agent_rl.rollout.local_options import local_sandbox_options
     from coding_agent_rl.rollout.outputs import RunWriter
     from coding_agent_rl.rollout.runner import RolloutConfig
     from coding_agent_rl.rollout.runtime import RuntimeConfig
@@ -89,14 +132,16 @@ def run_policy(name: str, policy: str, rows: list[Any], args: argparse.Namespace
         policy=policy,
         sampling_defaults={"max_new_tokens": 2048},
         rollout=RolloutConfig(
-            backend="docker",
+            backend=backend,
+            sandbox_options=local_sandbox_options(rows, args.agent) if backend == "local" else {},
             agent_budget_s=args.agent_budget,
             eval_timeout_s=120,
             max_context=32768,
             out_dir=out,
         ),
     )
-    print(f"\n== policy {name}: {len(rows)} rollouts with {args.agent} in Docker", flush=True)
+    where = "Docker" if backend == "docker" else "local bubblewrap sandboxes"
+    print(f"\n== policy {name}: {len(rows)} rollouts with {args.agent} in {where}", flush=True)
     summary = asyncio.run(
         run_batch(
             rows,
@@ -125,14 +170,14 @@ def table(results: dict[str, dict[str, Any]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
-        raise UserError("no Docker engine answers; run scripts/ensure-docker.sh (as root) first")
+    backend = pick_sandbox(args.sandbox)
     if not args.verbose:  # progress lines and the table; per-event logs with -v
         for name in ("rollout.runner", "rollout.runtime", "harness", "sandbox", "datasets"):
             logging.getLogger(f"coding_agent_rl.{name}").setLevel(logging.WARNING)
     t0 = time.monotonic()
-    print("coding-agent-rl demo: real agent CLI + Docker sandboxes + CPU policies", flush=True)
-    rows = prepare(args.agent)
+    where = "Docker" if backend == "docker" else "local (bubblewrap)"
+    print(f"coding-agent-rl demo: real agent CLI + {where} sandboxes + CPU policies", flush=True)
+    rows = prepare(args.agent, backend, args.limit)
     args.out.mkdir(parents=True, exist_ok=True)
     policies = {"replay": "replay"}
     if not args.skip_adversaries:
@@ -140,13 +185,14 @@ def run(args: argparse.Namespace) -> int:
             path = args.out / f"{name}.json"
             path.write_text(json.dumps(script, indent=1))
             policies[name] = f"scripted:{path}"
-    results = {name: run_policy(name, spec, rows, args) for name, spec in policies.items()}
+    results = {name: run_policy(name, spec, rows, args, backend) for name, spec in policies.items()}
     print("\n" + table(results))
     for name, s in results.items():
         print(f"report ({name}): {s['report']}")
     print(
         f"\ndone in {time.monotonic() - t0:.0f}s. Point it at a real policy with:\n"
-        f"  coding-agent-rl run --dataset {examples_dataset()} --agent {args.agent} \\\n"
+        f"  coding-agent-rl run --dataset {examples_dataset()} --agent {args.agent} "
+        f"--sandbox {backend} \\\n"
         "    --sglang-url http://HOST:30000 --tokenizer /path/to/hf_checkpoint --out runs/real"
     )
     return 0

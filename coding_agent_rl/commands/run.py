@@ -106,6 +106,11 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"unknown agent {args.agent!r}; known: {', '.join(HARNESSES.names())}")
     rows = load_rows(args.dataset, args.limit)
     config = build_config(args)
+    if args.sandbox == "local":  # read-only images: what rollouts write, the CLI bound in
+        from coding_agent_rl.rollout.local_options import local_sandbox_options
+
+        opts = config.rollout.sandbox_options
+        config.rollout.sandbox_options = {**local_sandbox_options(rows, args.agent), **opts}
     writer = RunWriter(args.out, resume=args.resume)
     summary = asyncio.run(
         run_batch(

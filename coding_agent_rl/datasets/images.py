@@ -2,7 +2,9 @@
 
 Idempotent: each image is labelled with a hash of its Dockerfile, its build context and the ids
 of the local images it starts FROM; an image whose label matches is reused without calling
-``docker build``, so a second call costs one ``docker image inspect`` per image.
+``docker build``, so a second call costs one ``docker image inspect`` per image. With
+``backend="local"`` the images are root filesystems in the local backend's store
+(:mod:`coding_agent_rl.sandbox.rootfs`), built without any container engine.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import logging
 import pathlib
 import re
 import subprocess
+from collections.abc import Callable
 
 from coding_agent_rl.datasets.schema import BuildSpec, load_dataset
 from coding_agent_rl.sandbox.images import ImageBuildError
@@ -28,14 +31,21 @@ def _image_id(name: str) -> str:
     return r.stdout.strip() if r.returncode == 0 else ""
 
 
-def content_hash(spec: BuildSpec) -> str:
+def _rootfs_id(name: str) -> str:
+    from coding_agent_rl.sandbox.rootfs import find
+
+    image = find(name)
+    return image.hash if image else ""
+
+
+def content_hash(spec: BuildSpec, image_id: Callable[[str], str] = _image_id) -> str:
     """Hash of the Dockerfile, every file under the context (path, exec bit, bytes) and the
     ids of the FROM images present locally (a rebuilt base image invalidates the hash)."""
     h = hashlib.sha256()
     dockerfile = spec.dockerfile.read_bytes()
     h.update(b"dockerfile\0" + dockerfile)
     for base in _FROM.findall(dockerfile.decode("utf-8", "replace")):
-        h.update(f"from\0{base}\0{_image_id(base)}\0".encode())
+        h.update(f"from\0{base}\0{image_id(base)}\0".encode())
     for f in sorted(p for p in spec.context.rglob("*") if p.is_file() or p.is_symlink()):
         rel = f.relative_to(spec.context).as_posix()
         if "__pycache__" in rel.split("/") or rel.endswith(".pyc"):
@@ -81,11 +91,32 @@ def build_image(image: str, spec: BuildSpec, *, rebuild: bool = False) -> bool:
     return True
 
 
-def build_dataset_images(dataset_path: str | pathlib.Path, *, rebuild: bool = False) -> list[str]:
+def build_rootfs_image(image: str, spec: BuildSpec, *, rebuild: bool = False) -> bool:
+    """:func:`build_image` for the local backend: a root filesystem, no engine needed."""
+    from coding_agent_rl.sandbox import rootfs
+
+    if rootfs.BASE_IMAGE in _FROM.findall(spec.dockerfile.read_text()):
+        rootfs.build_base()  # built on first use; its id goes into the hash
+    digest = content_hash(spec, image_id=_rootfs_id)
+    if not rebuild and _rootfs_id(image) == digest:
+        log.info("%s is up to date (%s)", image, digest)
+        return False
+    log.info("building %s from %s (local root filesystem)", image, spec.context)
+    rootfs.build(image, spec.dockerfile, spec.context, digest)
+    return True
+
+
+def build_dataset_images(
+    dataset_path: str | pathlib.Path, *, rebuild: bool = False, backend: str = "docker"
+) -> list[str]:
     """Build (or reuse) the image of every row with a build context; returns their names.
 
     Rows sharing an image name must share the build context; the image is built once.
+    ``backend``: ``docker`` (images in the engine) or ``local`` (root filesystems).
     """
+    if backend not in ("docker", "local"):
+        raise ValueError(f"images can be built for docker or local, not {backend!r}")
+    build = build_image if backend == "docker" else build_rootfs_image
     specs: dict[str, BuildSpec] = {}
     for row in load_dataset(dataset_path):
         if row.build is None:
@@ -93,5 +124,5 @@ def build_dataset_images(dataset_path: str | pathlib.Path, *, rebuild: bool = Fa
         if specs.setdefault(row.image, row.build) != row.build:
             raise ImageBuildError(f"rows name image {row.image} with different build contexts")
     for image, spec in specs.items():
-        build_image(image, spec, rebuild=rebuild)
+        build(image, spec, rebuild=rebuild)
     return list(specs)

@@ -10,6 +10,7 @@ files are excluded; a diff over the size cap comes back empty with ``truncated_r
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 
 from coding_agent_rl.grading.workspace import q
@@ -49,17 +50,24 @@ cd "$wd"
 agit="git -c safe.directory=* -c core.fsmonitor=false -c core.hooksPath=/dev/null"
 objects=$($agit rev-parse --path-format=absolute --git-common-dir)/objects
 [ -d "$objects" ] || {{ echo "no git objects under $wd" >&2; exit 3; }}
-git init -q "$tmp/g"
-echo "$objects" > "$tmp/g/.git/objects/info/alternates"
-G="git -c safe.directory=* -c core.fsmonitor=false -c core.hooksPath=/dev/null -c core.quotePath=false --git-dir=$tmp/g/.git --work-tree=$wd"
+# A bare-bones git dir (what `git init` would make, minus a process): HEAD, refs, objects.
+mkdir -p "$tmp/g/refs" "$tmp/g/objects/info"
+echo "ref: refs/heads/main" > "$tmp/g/HEAD"
+echo "$objects" > "$tmp/g/objects/info/alternates"
+G="git -c safe.directory=* -c core.fsmonitor=false -c core.hooksPath=/dev/null -c core.quotePath=false --git-dir=$tmp/g --work-tree=$wd"
 base=$($G rev-parse --verify {base}) || {{ echo "base commit {base} not found in the agent's repository" >&2; exit 3; }}
 $G read-tree "$base"
 $G add -A -- . {excludes}
-out=$(mktemp -d /tmp/car-diff-out.XXXXXXXX)
-$G diff --cached --binary --no-ext-diff --no-textconv --no-color --no-renames "$base" -- . {excludes} > "$out/diff"
-$G diff --cached --name-only -z --no-renames "$base" -- . {excludes} > "$out/names"
-echo "$(wc -c < "$out/diff") $out"
+$G diff --cached --binary --no-ext-diff --no-textconv --no-color --no-renames "$base" -- . {excludes} > "$tmp/diff"
+$G diff --cached --name-only -z --no-renames "$base" -- . {excludes} > "$tmp/names"
+size=$(wc -c < "$tmp/diff")
+# Base64 keeps the binary patch and the NUL-separated names intact on stdout.
+echo "{mark} $size"
+base64 < "$tmp/names"
+echo "{mark}-DATA"
+if [ "$size" -le {max_bytes} ]; then base64 < "$tmp/diff"; fi
 """
+MARK = "CAR-DIFF"
 
 
 async def capture_diff(
@@ -74,22 +82,36 @@ async def capture_diff(
     """The agent's change in ``workdir`` relative to ``base_commit`` (the id prepare returned).
 
     ``exclude`` names paths (relative to the workdir) left out of the patch: the harness's own
-    files and the problem statement by default.
+    files and the problem statement by default. One exec: the patch comes back base64-encoded
+    on stdout, so the sandbox's output cap must hold it (a diff that would not fit is captured
+    as over the cap).
     """
     excludes = " ".join(q(f":(exclude){p}") for p in exclude)
-    script = _CAPTURE.format(wd=q(workdir), base=q(base_commit + "^{commit}"), excludes=excludes)
+    # base64 grows data by 4/3 plus a newline per 76 characters; leave room for the names.
+    fits = (sb.output_cap - 64 * 1024) * 3 // 4 - sb.output_cap // 76
+    limit = max(0, min(max_bytes, fits))
+    script = _CAPTURE.format(
+        wd=q(workdir),
+        base=q(base_commit + "^{commit}"),
+        excludes=excludes,
+        mark=MARK,
+        max_bytes=limit,
+    )
     r = await sb.exec(script, timeout=timeout)
     if not r.ok:
         why = "timed out" if r.timed_out else f"exit {r.exit_code}"
         raise DiffCaptureError(f"git diff failed ({why}): {(r.stderr or r.stdout).strip()[-500:]}")
-    size_s, out = r.stdout.strip().splitlines()[-1].split(" ", 1)
+    rest = r.stdout.partition(f"{MARK} ")[2]
+    size_s, _, rest = rest.partition("\n")
+    names_b64, _, data_b64 = rest.partition(f"{MARK}-DATA\n")
     size = int(size_s)
-    raw_names = await sb.read_file(f"{out}/names", binary=True)
+    raw_names = base64.b64decode(names_b64)
     files = tuple(n.decode("utf-8", "surrogateescape") for n in raw_names.split(b"\0") if n)
-    if size > max_bytes:
-        reason = f"diff is {size} bytes, over the {max_bytes}-byte cap ({len(files)} files)"
-        await sb.exec(f"rm -rf {q(out)}")
+    if size > limit:
+        cap = (
+            f"{max_bytes}-byte cap" if limit == max_bytes else f"sandbox output cap ({limit} bytes)"
+        )
+        reason = f"diff is {size} bytes, over the {cap} ({len(files)} files)"
         return CapturedDiff(text="", size=size, files=files, truncated_reason=reason)
-    data = await sb.read_file(f"{out}/diff", binary=True)
-    await sb.exec(f"rm -rf {q(out)}")
+    data = base64.b64decode(data_b64)
     return CapturedDiff(text=data.decode("utf-8", "surrogateescape"), size=size, files=files)

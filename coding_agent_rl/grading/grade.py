@@ -27,7 +27,6 @@ control run only fails for a real infrastructure problem.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import shlex
 import time
@@ -37,37 +36,33 @@ from coding_agent_rl.grading.apply import apply_patch
 from coding_agent_rl.grading.diff import DEFAULT_MAX_BYTES
 from coding_agent_rl.grading.parsers import ParserUnavailable
 from coding_agent_rl.grading.patchfiles import filter_patch, patch_paths, path_matches
+from coding_agent_rl.grading.prepared import (
+    GradingSandbox,
+    Prepared,
+    prepare_grading,
+    sandbox_options_for,
+)
 from coding_agent_rl.grading.protect import protected_patterns
 from coding_agent_rl.grading.protocols import Graded, run_eval, run_harbor, run_tests
 from coding_agent_rl.grading.result import GradeResult, GradingDone, cap_log, fail
-from coding_agent_rl.grading.runner import TEST_UID, TestRunner
+from coding_agent_rl.grading.runner import TEST_UID
 from coding_agent_rl.grading.workspace import (
     GIT,
-    SNAPSHOT_ENV,
     WorkspaceError,
+    emit_list,
     list_script,
-    parse_base,
     parse_list,
-    prepare_script,
     restore_script,
     run_checked,
 )
-from coding_agent_rl.sandbox import BACKENDS, Sandbox, SandboxError, create_sandbox
+from coding_agent_rl.sandbox import SandboxError, create_sandbox
 
 if TYPE_CHECKING:  # the schema imports grading.patchfiles; avoid the cycle at runtime
     from coding_agent_rl.datasets.schema import TaskRow
 
 log = logging.getLogger(__name__)
 q = shlex.quote
-
-
-def sandbox_options_for(backend: str, options: dict[str, Any] | None) -> dict[str, Any]:
-    """``options`` plus ``network="none"`` where the backend takes a network option."""
-    opts = dict(options or {})
-    init = inspect.signature(BACKENDS.load(backend).__init__).parameters
-    if "network" in init or backend == "docker":
-        opts.setdefault("network", "none")
-    return opts
+__all__ = ["GradingSandbox", "grade", "sandbox_options_for"]
 
 
 async def grade(
@@ -80,12 +75,20 @@ async def grade(
     allow_empty: bool = False,
     max_diff_bytes: int = DEFAULT_MAX_BYTES,
     extra_protected: tuple[str, ...] = (),
+    sandbox: GradingSandbox | None = None,
 ) -> GradeResult:
     """Grade ``diff`` for ``row``; never raises for a per-sample failure (see ``failure_kind``).
 
     ``timeout`` bounds the test command (a row's ``test_timeout`` wins). ``allow_empty`` grades
     an empty diff instead of scoring it 0 at once (the validator uses it for the no-op run).
+    ``sandbox``: a :class:`GradingSandbox` for ``row`` prepared ahead (``backend`` and
+    ``sandbox_options`` are then its own); it grades this one diff, and its owner destroys it
+    (``async with`` / ``close()``), so that teardown can leave the caller's critical path.
     """
+    if sandbox is not None:
+        if sandbox.row.instance_id != row.instance_id or sandbox.used:
+            raise ValueError("a GradingSandbox grades one diff of its own row")
+        sandbox.used = True
     t0 = time.monotonic()
     result = GradeResult(grader=row.grader)
     data = diff.encode("utf-8", "surrogateescape") if isinstance(diff, str) else diff
@@ -99,16 +102,17 @@ async def grade(
         result.protected_paths_touched = dropped
         if data.strip() and not kept.strip() and not allow_empty:
             fail(result, "model", f"diff only changes protected paths: {', '.join(dropped[:5])}")
-        opts = sandbox_options_for(backend, sandbox_options)
-        async with create_sandbox(backend, image=row.image, **opts) as sb:
-            await _grade_in(
-                sb,
-                row,
-                kept.encode("utf-8", "surrogateescape"),
-                patterns,
-                result,
-                row.test_timeout or timeout,
-            )
+        kept_data = kept.encode("utf-8", "surrogateescape")
+        if sandbox is not None:
+            prepared = await sandbox.ready()
+            await _grade_in(prepared, row, kept_data, patterns, result, row.test_timeout or timeout)
+        else:
+            opts = sandbox_options_for(backend, sandbox_options)
+            async with create_sandbox(backend, image=row.image, **opts) as sb:
+                prepared = await prepare_grading(sb, row)
+                await _grade_in(
+                    prepared, row, kept_data, patterns, result, row.test_timeout or timeout
+                )
     except GradingDone:
         pass
     except (SandboxError, WorkspaceError, ParserUnavailable) as e:
@@ -132,36 +136,27 @@ fi
 
 
 async def _grade_in(
-    sb: Sandbox, row: TaskRow, kept: bytes, patterns: list[str], result: GradeResult, timeout: float
+    prepared: Prepared,
+    row: TaskRow,
+    kept: bytes,
+    patterns: list[str],
+    result: GradeResult,
+    timeout: float,
 ) -> None:
     # Steps are joined into few execs: every exec is a round trip to the sandbox.
+    sb, runner, base, before = prepared.sb, prepared.runner, prepared.base, prepared.before
     wd = row.workdir
-    runner = TestRunner(sb, wd)
-    agent_diff, test_diff = f"{runner.dir}/agent.diff", f"{runner.dir}/test.diff"
-    if kept.strip():
-        await sb.write_file(agent_diff, kept, mode=0o644)
-    if row.test_patch:
-        await sb.write_file(test_diff, row.test_patch.encode(), mode=0o644)
-    r = await run_checked(
-        sb,
-        prepare_script(row) + runner.setup_script() + f"cd {q(wd)}\n" + list_script("HEAD"),
-        "preparing the grading sandbox",
-        env=SNAPSHOT_ENV,
-    )
-    base = parse_base(r.stdout)
-    runner.parse_setup(r.stdout)
-    before = parse_list(r.stdout)
     agent_paths: list[str] = []
+    reset = False
     if kept.strip():
         outcome = await apply_patch(
             sb,
             wd,
             kept,
             base=base,
-            patch_path=agent_diff,
-            written=True,
+            patch_path=f"{runner.dir}/agent.diff",
             runner=runner.prefix,
-            then=list_script(base),
+            then=_after_apply(prepared, row, kept, patterns),
         )
         if not outcome.ok:
             result.test_log = cap_log(outcome.log)
@@ -172,20 +167,63 @@ async def _grade_in(
             )
         result.apply_method = outcome.method
         agent_paths = sorted(parse_list(outcome.then_output) - before)
+        reset = outcome.then_output.startswith(RESET_MARK + "\n")
     # Defence in depth: whatever protected path changed on disk (however the patch spelled it)
     # goes back to the base, together with the declared test files.
     sneaked = [p for p in agent_paths if path_matches(p, patterns)]
     if sneaked:
+        if reset:  # the in-exec check let only named, unprotected paths through
+            raise WorkspaceError(f"grader invariant broken: protected paths {sneaked[:5]} changed")
         result.protected_paths_touched = list(
             dict.fromkeys(result.protected_paths_touched + sneaked)
         )
-    script = f"cd {q(wd)}\n" + restore_script(base, sneaked + list(row.test_files))
-    if row.test_patch:
-        undo = restore_script(base, patch_paths(row.test_patch))
-        script += _TEST_PATCH.format(git=GIT, tp=q(test_diff), undo=undo or ":")
-    if runner.as_user:  # files the test patch created belong to root; hand them over too
-        script += f"chown -R {TEST_UID}:{TEST_UID} {q(wd)}\n"
-    await run_checked(sb, script, "resetting test files and applying test_patch")
+    if not reset:
+        await run_checked(
+            sb,
+            _reset_script(prepared, row, sneaked),
+            "resetting test files and applying test_patch",
+        )
     graded = Graded(sb, row, runner, base, agent_paths, result, timeout)
     protocol = {"harbor": run_harbor, "eval_cmd": run_eval, "tests": run_tests}[row.grader]
     await protocol(graded)
+
+
+def _reset_script(prepared: Prepared, row: TaskRow, sneaked: list[str]) -> str:
+    """Put ``sneaked`` and the test files back to the base, apply the test patch, hand the tree
+    to the test user."""
+    wd, base, runner = row.workdir, prepared.base, prepared.runner
+    script = f"cd {q(wd)}\n" + restore_script(base, sneaked + list(row.test_files))
+    if row.test_patch:
+        assert prepared.test_diff is not None
+        undo = restore_script(base, patch_paths(row.test_patch))
+        script += _TEST_PATCH.format(git=GIT, tp=q(prepared.test_diff), undo=undo or ":")
+    if runner.as_user:  # files the test patch created belong to root; hand them over too
+        script += f"chown -R {TEST_UID}:{TEST_UID} {q(wd)}\n"
+    return script
+
+
+RESET_MARK = "CAR-RESET"
+_INLINE_NAMES_BYTES = 32 * 1024  # the named paths travel on the command line
+
+
+def _after_apply(prepared: Prepared, row: TaskRow, kept: bytes, patterns: list[str]) -> str:
+    """The script run right after the diff applied: list what changed and, when that is only
+    paths the diff names (none protected: the filter dropped those), reset the test files and
+    apply the test patch in the same exec, printing :data:`RESET_MARK` first. Anything else
+    (or no ``comm -z`` in the image) leaves the reset to a separate exec, as before."""
+    d = prepared.runner.dir
+    after, named, known, unexpected = (f"{d}/{n}.z" for n in ("after", "named", "known", "extra"))
+    script = list_script(prepared.base, save=after, emit=False)
+    names = patch_paths(kept.decode("utf-8", "surrogateescape"))
+    words = " ".join(q(n) for n in names)
+    if len(words) <= _INLINE_NAMES_BYTES and not any(path_matches(n, patterns) for n in names):
+        reset = _reset_script(prepared, row, [])
+        c = "LC_ALL=C"
+        script += (
+            f"printf '%s\\0' {words} > {q(named)}\n"
+            f"if {c} sort -zu {q(prepared.before_file)} {q(named)} > {q(known)} 2>/dev/null &&"
+            f" {c} sort -zu {q(after)} | {c} comm -z -23 - {q(known)} > {q(unexpected)} 2>/dev/null"
+            f" && [ ! -s {q(unexpected)} ]; then\n"
+            f"  echo {RESET_MARK}\n  ( set -e\n{reset}) || exit $?\nfi\n"
+        )
+    return script + emit_list(after)

@@ -12,8 +12,11 @@ one ``exec`` (each exec costs a round trip to the sandbox).
 
 from __future__ import annotations
 
+import base64
+import posixpath
 import secrets
 import shlex
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from coding_agent_rl.sandbox.base import ExecResult, Sandbox
@@ -92,25 +95,65 @@ def parse_base(stdout: str) -> str:
     raise WorkspaceError("preparing the workspace printed no base commit")
 
 
-async def prepare_workspace(sb: Sandbox, row: TaskRow, *, agent: bool, timeout: float = 600) -> str:
+async def prepare_workspace(
+    sb: Sandbox,
+    row: TaskRow,
+    *,
+    agent: bool,
+    timeout: float = 600,
+    files: Mapping[str, str] | None = None,
+) -> str:
     """Run pre_commands and snapshot the base; returns the base commit id.
 
     With ``agent=True`` also removes ``hidden_paths`` and scrubs git so that only history up to
     the base is left (no future commits, tags, remotes, reflog, stash, unreachable objects).
+    ``files`` (absolute path -> text) are written afterwards, root-owned, outside the base
+    (e.g. the problem statement), in the same exec when they are small.
     """
+    files = dict(files or {})
+    if not agent:
+        r = await run_checked(
+            sb, prepare_script(row), "preparing the workspace", timeout=timeout, env=SNAPSHOT_ENV
+        )
+        await _write_files(sb, files)
+        return parse_base(r.stdout)
+    from coding_agent_rl.grading.scrub import SCRUB_TIMEOUT_S, scrub_script
+
+    # One exec (each is a round trip): the snapshot leaves HEAD at the base, which the scrub
+    # keeps; its last line must name the same commit.
+    script = prepare_script(row)
+    if row.hidden_paths:  # absolute paths outside the workdir (schema.py)
+        script += "rm -rf -- " + " ".join(q(p) for p in row.hidden_paths) + "\n"
+    script += f"unset {' '.join(SNAPSHOT_ENV)}\n" + scrub_script(row.workdir)
+    inline = sum(len(t.encode()) for t in files.values()) <= INLINE_FILES_BYTES
+    if inline:  # silent: the scrub's output (the base) stays the last line
+        script += "".join(
+            f"mkdir -p {q(posixpath.dirname(path))}\n"
+            f"printf %s {q(base64.b64encode(text.encode()).decode())} | base64 -d > {q(path)}\n"
+            for path, text in files.items()
+        )
     r = await run_checked(
-        sb, prepare_script(row), "preparing the workspace", timeout=timeout, env=SNAPSHOT_ENV
+        sb,
+        script,
+        "preparing the workspace (pre_commands, snapshot, hidden paths, git scrub)",
+        timeout=timeout + SCRUB_TIMEOUT_S,
+        env=SNAPSHOT_ENV,
     )
     base = parse_base(r.stdout)
-    if agent:
-        from coding_agent_rl.grading.scrub import scrub_git
-
-        if row.hidden_paths:
-            await run_checked(
-                sb, "rm -rf -- " + " ".join(q(p) for p in row.hidden_paths), "removing hidden paths"
-            )
-        await scrub_git(sb, row.workdir, base)
+    scrubbed = r.stdout.strip().splitlines()[-1]
+    if scrubbed != base:
+        raise WorkspaceError(f"scrubbing git left {scrubbed!r}, not the base {base}")
+    if not inline:
+        await _write_files(sb, files)
     return base
+
+
+INLINE_FILES_BYTES = 48 * 1024  # Linux caps one command-line argument at 128 KiB
+
+
+async def _write_files(sb: Sandbox, files: Mapping[str, str]) -> None:
+    for path, text in files.items():
+        await sb.write_file(path, text)
 
 
 def restore_script(base: str, paths: list[str]) -> str:
@@ -131,13 +174,21 @@ async def restore_paths(sb: Sandbox, workdir: str, base: str, paths: list[str], 
 LIST_MARK = "CAR-LIST"
 
 
-def list_script(base: str) -> str:
+def list_script(base: str, save: str | None = None, *, emit: bool = True) -> str:
     """Print ``CAR-LIST`` then, NUL-separated, every path that differs from ``base`` in the
-    worktree (untracked and ignored files included). Runs in the workdir."""
-    return (
-        f"echo {LIST_MARK}; {{ {GIT} diff --name-only -z --no-renames {q(base)} -- ; "
-        f"{GIT} ls-files -z --others ; }}\n"
+    worktree (untracked and ignored files included). Runs in the workdir. ``save``: keep the
+    list in that file (for a later script to compare against); ``emit=False``: only that."""
+    listing = (
+        f"{{ {GIT} diff --name-only -z --no-renames {q(base)} -- ; {GIT} ls-files -z --others ; }}"
     )
+    if save is None:
+        return f"echo {LIST_MARK}; {listing}\n"
+    return f"{listing} > {q(save)}\n" + (emit_list(save) if emit else "")
+
+
+def emit_list(save: str) -> str:
+    """Print a list saved by :func:`list_script` as it would have printed it."""
+    return f"echo {LIST_MARK}; cat {q(save)}\n"
 
 
 def parse_list(stdout: str) -> set[str]:

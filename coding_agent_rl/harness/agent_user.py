@@ -32,11 +32,14 @@ def default_home(user: str) -> str:
     return "/root" if user == "root" else f"/home/{user}"
 
 
+def agent_user_script(user: str, home: str, workdir: str | None) -> str:
+    """The root bash script behind :func:`ensure_agent_user` (to join it with other steps)."""
+    if user == "root":
+        return "command -v git >/dev/null 2>&1 && git config --system --replace-all safe.directory '*'; true\n"
+    q = shlex.quote
+    return _SCRIPT.format(user=q(user), home=q(home), workdir=q(workdir or ""))
+
+
 async def ensure_agent_user(sb: Sandbox, user: str, home: str, workdir: str | None) -> None:
     """Create ``user`` (if missing) with ``home``; give it ``workdir``; trust all git repos."""
-    if user == "root":
-        script = "command -v git >/dev/null 2>&1 && git config --system --replace-all safe.directory '*'; true"
-    else:
-        q = shlex.quote
-        script = _SCRIPT.format(user=q(user), home=q(home), workdir=q(workdir or ""))
-    await sb.exec(script, check=True, timeout=300)
+    await sb.exec(agent_user_script(user, home, workdir), check=True, timeout=300)

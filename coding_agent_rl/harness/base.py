@@ -9,27 +9,40 @@ install.py / launch.py / agent_user.py.
 from __future__ import annotations
 
 import abc
+import base64
 import dataclasses
 import json
 import os
 import pathlib
+import posixpath
 import re
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 from coding_agent_rl.harness import launch
-from coding_agent_rl.harness.agent_user import default_home, ensure_agent_user
-from coding_agent_rl.harness.cache import FetchError, NpmPackage, override_tarball
+from coding_agent_rl.harness.agent_user import agent_user_script, default_home
+from coding_agent_rl.harness.cache import (
+    FetchError,
+    NpmPackage,
+    cached_tarball,
+    override_tarball,
+    unpack_dir,
+    unpacked,
+)
 from coding_agent_rl.harness.install import (
     BIN_DIR,
     InstallError,
     InstallReport,
     Upload,
+    Verified,
+    install_mounted,
     install_package,
 )
-from coding_agent_rl.harness.network import check_reachable
-from coding_agent_rl.sandbox.base import Sandbox
+from coding_agent_rl.harness.network import UNREACHABLE_EXIT, probe_script, unreachable
+from coding_agent_rl.sandbox.base import CommandFailed, Sandbox
+
+INLINE_CONFIG_BYTES = 48 * 1024  # config files up to this size travel inside the configure exec
 
 
 class HarnessConfigError(ValueError):
@@ -142,6 +155,7 @@ class BaseHarness(abc.ABC):
         self.extra_env = dict(extra_env)
         self.upload = upload
         self.check_adapter = check_adapter
+        self._verified: Verified = {}  # mounted binaries whose --version ran, per image
 
     # ---- the data a harness file provides -------------------------------------------------------
     @property
@@ -162,14 +176,55 @@ class BaseHarness(abc.ABC):
         return {}
 
     # ---- mechanics ------------------------------------------------------------------------------
+    def host_mounts(self) -> dict[str, str]:
+        """Host file -> sandbox path of every file the CLI needs, from the host cache (fetched
+        and unpacked on first use: blocking). A backend that bind-mounts host files gives them
+        to every sandbox without an upload; :meth:`install` then finds them in place."""
+        try:
+            files = unpacked(self.package)
+        except FetchError as e:
+            raise InstallError(str(e)) from e
+        return {str(path): f"{BIN_DIR}/{name}" for name, path in files.items()}
+
+    def _mounted_binary(self, sb: Sandbox) -> pathlib.Path | None:
+        """The host file mounted at :attr:`binary` when every file of the CLI is mounted."""
+        by_target = {t: h for h, t in (getattr(sb, "mounts", None) or {}).items()}
+        if all(f"{BIN_DIR}/{name}" in by_target for name in self.package.files.values()):
+            return pathlib.Path(by_target[self.binary])
+        return None
+
+    def _is_pinned_copy(self, path: pathlib.Path) -> bool:
+        """Whether ``path`` is the main binary unpacked from the integrity-checked pinned
+        tarball in the host cache."""
+        if self.package.integrity is None:
+            return False
+        folder = unpack_dir(self.package, cached_tarball(self.package))
+        return path == folder / self.package.main and (folder / ".complete").is_file()
+
     async def install(self, sb: Sandbox) -> InstallReport:
-        """Reuse the pinned CLI if the sandbox has it, else upload it from the host cache."""
+        """Use the CLI mounted from the host cache, else reuse the pinned CLI if the sandbox has
+        it, else upload it from the host cache."""
         # A user-supplied tarball has no pinned version: any working binary from it is accepted,
         # but never a copy the image happens to have.
         try:
             own = override_tarball(self.package) is not None
         except FetchError as e:
             raise InstallError(str(e)) from e
+        mounted = self._mounted_binary(sb)
+        if mounted is not None and not own and self._is_pinned_copy(mounted):
+            # The host file came out of the pinned tarball whose npm integrity was checked when
+            # it was unpacked: its version is known, no ``--version`` run is needed. (An image
+            # that cannot run it shows as the agent's crash, exit 126/127, with the log tail.)
+            return InstallReport(self.binary, self.pinned_version, "mount")
+        if mounted is not None:
+            return await install_mounted(
+                sb,
+                self.binary,
+                mounted,
+                version=None if own else self.pinned_version,
+                version_args=self.version_args,
+                verified=self._verified,
+            )
         return await install_package(
             sb,
             self.package,
@@ -185,18 +240,43 @@ class BaseHarness(abc.ABC):
         return self.package.version.split("-")[0]
 
     async def configure(self, sb: Sandbox, ctx: HarnessContext) -> None:
-        """Agent user + workdir ownership, the CLI's config files, and an adapter reachability check."""
-        await ensure_agent_user(sb, ctx.user, ctx.agent_home, ctx.workdir)
+        """Agent user + workdir ownership, the CLI's config files, and an adapter reachability
+        check, joined into one exec (each exec is a round trip to the sandbox)."""
+        q = shlex.quote
+        # The user script's status is its last command's, as when it ran on its own.
+        script = f"( {agent_user_script(ctx.user, ctx.agent_home, ctx.workdir)} ) || exit $?\n"
         files = self.config_files(ctx)
-        for path, text in files.items():
-            await sb.write_file(path, text, mode=0o600)
-        if files and ctx.user != "root":
-            # write_file creates parent folders as root; the CLI writes next to its config.
-            owned = {ctx.agent_home if p.startswith(ctx.agent_home + "/") else p for p in files}
-            paths = " ".join(shlex.quote(p) for p in sorted(owned))
-            await sb.exec(f"chown -R {shlex.quote(ctx.user)}: {paths}", check=True)
+        inline = sum(len(t.encode()) for t in files.values()) <= INLINE_CONFIG_BYTES
+        if inline:
+            script += "set -e\n" + "".join(
+                f"mkdir -p {q(posixpath.dirname(path))}\n"
+                f"printf %s {q(base64.b64encode(text.encode()).decode())} | base64 -d > {q(path)}\n"
+                f"chmod 600 {q(path)}\n"
+                for path, text in files.items()
+            )
+            script += self._chown_script(ctx, files)
         if self.check_adapter:
-            await check_reachable(sb, ctx.adapter_url)
+            script += probe_script(ctx.adapter_url)
+        res = await sb.exec(script, timeout=300)
+        if self.check_adapter and res.exit_code == UNREACHABLE_EXIT:
+            raise unreachable(ctx.adapter_url, res.stderr)
+        if not res.ok:
+            raise CommandFailed("configuring the agent user and its files", res)
+        if not inline:  # too large for one command line: through the file API
+            for path, text in files.items():
+                await sb.write_file(path, text, mode=0o600)
+            if chown := self._chown_script(ctx, files):
+                await sb.exec(chown, check=True)
+
+    @staticmethod
+    def _chown_script(ctx: HarnessContext, files: Mapping[str, str]) -> str:
+        """Config files (and folders) created as root go to the agent: the CLI writes next to
+        its config."""
+        if not files or ctx.user == "root":
+            return ""
+        owned = {ctx.agent_home if p.startswith(ctx.agent_home + "/") else p for p in files}
+        paths = " ".join(shlex.quote(p) for p in sorted(owned))
+        return f"chown -R {shlex.quote(ctx.user)}: {paths}\n"
 
     def full_env(self, ctx: HarnessContext) -> dict[str, str]:
         """The CLI's environment on top of the sandbox's (whose PATH gets BIN_DIR in front)."""

@@ -1,7 +1,8 @@
 """Put an agent CLI into a sandbox with no network: reuse the image's copy or upload the binary.
 
-Every CLI ends up at ``BIN_DIR/<name>`` (a symlink when the image already has the right version),
-so command lines never depend on the image's PATH.
+Every CLI ends up at ``BIN_DIR/<name>`` (a symlink when the image already has the right version,
+a read-only bind mount of the host cache where the backend mounts host files), so command lines
+never depend on the image's PATH.
 
 Upload form: the raw binary to a local engine (Docker: ~2.3 s for Claude Code's 402 MB, where a
 gzip upload + in-sandbox ``gzip -d`` takes ~6.5 s), gzip to remote backends where the link, not
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import pathlib
 import shlex
 import time
 from typing import Literal
@@ -36,7 +38,7 @@ class InstallError(RuntimeError):
 class InstallReport:
     binary: str  # absolute path in the sandbox
     version: str  # what ``--version`` printed (first line)
-    source: str  # "installed" (already there), "image" or "upload"
+    source: str  # "installed" (already there), "image", "upload" or "mount" (bind-mounted)
     fetch_s: float = 0.0
     upload_s: float = 0.0
     upload_bytes: int = 0
@@ -84,6 +86,39 @@ async def _find_existing(
         if code == 0 and (want is None or want in version):
             return path, version
     return None
+
+
+# (image, sandbox path, host path, size, mtime) -> what ``--version`` printed in that image.
+Verified = dict[tuple[str, str, str, int, int], str]
+
+
+async def install_mounted(
+    sb: Sandbox,
+    target: str,
+    host_path: pathlib.Path,
+    *,
+    version: str | None,
+    version_args: tuple[str, ...] = ("--version",),
+    verified: Verified,
+) -> InstallReport:
+    """The CLI is bind-mounted read-only at ``target`` from ``host_path``: nothing to upload.
+
+    ``--version`` runs once per image and host file (an image whose libc cannot run the binary
+    fails here); later sandboxes of that image trust the entry in ``verified``.
+    """
+    st = host_path.stat()
+    key = (sb.image, target, str(host_path), st.st_size, st.st_mtime_ns)
+    if key in verified:
+        return InstallReport(target, verified[key], "mount")
+    t0 = time.monotonic()
+    code, got = await _version(sb, target, version_args)
+    if code != 0 or (version is not None and version not in got):
+        raise InstallError(
+            f"{target} (mounted from {host_path}) {' '.join(version_args)} -> exit {code}: "
+            f"{got!r}" + (f" (want {version})" if version else "")
+        )
+    verified[key] = got
+    return InstallReport(target, got, "mount", version_s=time.monotonic() - t0)
 
 
 async def install_package(

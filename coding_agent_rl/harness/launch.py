@@ -16,6 +16,7 @@ the same tag really runs again.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import logging
@@ -99,13 +100,18 @@ def launch_command(spec: LaunchSpec) -> str:
     )
 
 
-def wait_command(spec: LaunchSpec) -> str:
-    """Block until the launcher wrote its exit code or its process is gone (or a zombie)."""
+def wait_command(spec: LaunchSpec, then: str = "") -> str:
+    """Block until the launcher wrote its exit code or its process is gone (or a zombie); print
+    the exit code, ``gone`` or ``nopid``. ``then`` runs afterwards, its output after a
+    :data:`THEN_MARK` line."""
     run = shlex.quote(spec.run_dir)
     tries = int(PID_GRACE_S / POLL_S)
-    return (
+    script = (
+        "nopid=\n"
         f"i=0; while [ ! -s {run}/pid ] && [ ! -e {run}/exit ]; do\n"
-        f"  i=$((i+1)); [ $i -gt {tries} ] && {{ echo nopid; exit 0; }}; sleep {POLL_S}; done\n"
+        f"  i=$((i+1)); [ $i -gt {tries} ] && {{ echo nopid; nopid=1; break; }}; sleep {POLL_S}\n"
+        "done\n"
+        'if [ -z "$nopid" ]; then\n'
         f"read -r p < {run}/pid 2>/dev/null\n"
         f"while [ ! -e {run}/exit ]; do\n"
         # /proc/PID/stat: "pid (comm) S ..."; a zombie (no reaping init) counts as gone
@@ -114,29 +120,53 @@ def wait_command(spec: LaunchSpec) -> str:
         f"  sleep {POLL_S}\n"
         "done\n"
         f"cat {run}/exit 2>/dev/null || echo gone\n"
+        "fi\n"
     )
+    return script + (f"echo {THEN_MARK}\n{then}" if then else "")
+
+
+THEN_MARK = "CAR-THEN"
+
+
+def _kill_script(spec: LaunchSpec) -> str:
+    cmd = reaper_kill_command(spec.token) + "\n"
+    if spec.user not in ("root", "0"):
+        cmd += f"if command -v pkill >/dev/null; then pkill -KILL -u {shlex.quote(spec.user)}; fi\n"
+    return cmd
 
 
 def kill_command(spec: LaunchSpec) -> str:
     """Kill every process of the run: its session, anything carrying its token, and (for a
     dedicated non-root agent user) anything else that user still runs, e.g. a daemon that left
     the session and cleared its environment. One agent run per sandbox user at a time."""
-    cmd = reaper_kill_command(spec.token) + "\n"
-    if spec.user not in ("root", "0"):
-        cmd += f"if command -v pkill >/dev/null; then pkill -KILL -u {shlex.quote(spec.user)}; fi\n"
-    return cmd + "exit 0\n"
+    return _kill_script(spec) + "exit 0\n"
+
+
+def _tail_script(spec: LaunchSpec, nbytes: int = LOG_TAIL_BYTES) -> str:
+    return f"tail -c {nbytes} {shlex.quote(spec.log_path)} 2>/dev/null\n"
+
+
+INLINE_LAUNCHER_BYTES = 64 * 1024  # a longer launcher (a huge prompt) goes through the file API
 
 
 async def prepare(sb: Sandbox, spec: LaunchSpec) -> None:
-    """Clear the tag's run directory (lock, pid, marker, log) and write the launcher.
+    """Clear the tag's run directory (lock, pid, marker, log) and write the launcher, in one
+    exec when the launcher fits on a command line (Linux caps one argument at 128 KiB).
 
     A previous run of the same tag that is still alive loses its process group first.
     """
     run = shlex.quote(spec.run_dir)
     stop_old = f'if read -r p < {run}/pid 2>/dev/null; then kill -KILL -- -"$p" 2>/dev/null; fi'
     chown = f" && chown {shlex.quote(spec.user)}: {run}" if spec.user != "root" else ""
-    await sb.exec(f"{stop_old}; rm -rf {run} && mkdir -p {run}{chown}", check=True, timeout=60)
-    await sb.write_file(f"{spec.run_dir}/launch.sh", launcher_script(spec), mode=0o755)
+    script = f"{stop_old}; rm -rf {run} && mkdir -p {run}{chown}"
+    launcher = launcher_script(spec).encode()
+    inline = len(launcher) <= INLINE_LAUNCHER_BYTES
+    if inline:
+        data = shlex.quote(base64.b64encode(launcher).decode())
+        script += f" && printf %s {data} | base64 -d > {run}/launch.sh && chmod 755 {run}/launch.sh"
+    await sb.exec(script, check=True, timeout=60)
+    if not inline:
+        await sb.write_file(f"{spec.run_dir}/launch.sh", launcher, mode=0o755)
 
 
 async def launch(sb: Sandbox, spec: LaunchSpec) -> bool:
@@ -152,12 +182,19 @@ async def launch(sb: Sandbox, spec: LaunchSpec) -> bool:
 
 async def wait(sb: Sandbox, spec: LaunchSpec, deadline: float) -> tuple[str, bool]:
     """(what the wait saw, timed_out). Retries the (idempotent) wait after a transport error."""
+    seen, timed_out, _ = await _wait(sb, spec, deadline, "")
+    return seen, timed_out
+
+
+async def _wait(sb: Sandbox, spec: LaunchSpec, deadline: float, then: str) -> tuple[str, bool, str]:
+    """:func:`wait`, then the idempotent script ``then`` in the same exec: (seen, timed_out,
+    the output of ``then``); ``then`` does not run when the wait timed out."""
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            return "", True
+            return "", True, ""
         try:
-            res = await sb.exec(wait_command(spec), timeout=remaining, idempotent=True)
+            res = await sb.exec(wait_command(spec, then), timeout=remaining, idempotent=True)
         except SandboxGone:
             raise
         except SandboxError as e:
@@ -165,8 +202,9 @@ async def wait(sb: Sandbox, spec: LaunchSpec, deadline: float) -> tuple[str, boo
             await asyncio.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
             continue
         if res.timed_out:
-            return "", True
-        return res.stdout.strip(), False
+            return "", True, ""
+        seen, _, after = res.stdout.partition(f"\n{THEN_MARK}\n") if then else (res.stdout, "", "")
+        return seen.strip(), False, after
 
 
 async def kill(sb: Sandbox, spec: LaunchSpec) -> None:
@@ -174,7 +212,7 @@ async def kill(sb: Sandbox, spec: LaunchSpec) -> None:
 
 
 async def log_tail(sb: Sandbox, spec: LaunchSpec, nbytes: int = LOG_TAIL_BYTES) -> str:
-    res = await sb.exec(f"tail -c {nbytes} {shlex.quote(spec.log_path)} 2>/dev/null", timeout=30)
+    res = await sb.exec(_tail_script(spec, nbytes), timeout=30)
     return res.stdout
 
 
@@ -185,14 +223,18 @@ async def run_detached(sb: Sandbox, spec: LaunchSpec, budget_s: float) -> Launch
     deadline = start + budget_s
     launched = await launch(sb, spec)
     try:
-        seen, timed_out = await wait(sb, spec, deadline)
+        # A normal exit may leave background children: the same exec kills the whole run and
+        # reads the log's tail (one round trip after the exit instead of three).
+        seen, timed_out, tail = await _wait(
+            sb, spec, deadline, _kill_script(spec) + _tail_script(spec)
+        )
     except BaseException:  # cancelled, or the sandbox is gone: still try not to leak the agent
         with contextlib.suppress(Exception):
             await asyncio.shield(kill(sb, spec))
         raise
-    # Always: a budget overrun kills the agent; a normal exit may leave background children.
-    await kill(sb, spec)
     duration = time.monotonic() - start
+    if timed_out:  # a budget overrun: the wait exec was cut short, nothing was killed yet
+        await kill(sb, spec)
     exit_code = int(seen) if seen.lstrip("-").isdigit() else None
     if seen in ("nopid", "gone"):
         log.warning("agent %s ended without an exit code (%s)", spec.tag, seen)
@@ -200,11 +242,12 @@ async def run_detached(sb: Sandbox, spec: LaunchSpec, budget_s: float) -> Launch
         res = await sb.exec(f"cat {shlex.quote(spec.run_dir)}/exit 2>/dev/null", timeout=30)
         exit_code = int(res.stdout) if res.stdout.strip().lstrip("-").isdigit() else None
         timed_out = exit_code is None
+        tail = await log_tail(sb, spec)
     return LaunchResult(
         exit_code=exit_code,
         timed_out=timed_out,
         duration_s=duration,
         log_path=spec.log_path,
-        log_tail=await log_tail(sb, spec),
+        log_tail=tail,
         launched=launched,
     )

@@ -71,20 +71,37 @@ def adapter_public_url(backend: str, port: int, network: str = "bridge") -> str:
     return f"http://{host}:{port}"
 
 
+UNREACHABLE_EXIT = 97  # the exit code of :func:`probe_script` when the connection fails
+
+
+def probe_script(url: str, *, timeout: float = 10.0) -> str:
+    """A bash fragment that exits :data:`UNREACHABLE_EXIT` unless a TCP connection to ``url``
+    opens within ``timeout`` (bash's /dev/tcp, no curl needed); the reason goes to stderr."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    probe = shlex.quote(f"exec 3<>/dev/tcp/{shlex.quote(host)}/{port}")
+    return (
+        f"timeout {int(timeout)} bash -c {probe} || "
+        f'{{ echo "connecting failed: exit $?" >&2; exit {UNREACHABLE_EXIT}; }}\n'
+    )
+
+
+def unreachable(url: str, stderr: str) -> AdapterUnreachable:
+    parts = urllib.parse.urlsplit(url)
+    where = f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
+    return AdapterUnreachable(
+        f"the sandbox cannot connect to the adapter at {where} ({stderr.strip()[-300:]}); "
+        "check ADAPTER_PUBLIC_HOST / ADAPTER_BIND_HOST and that the adapter listens on that address"
+    )
+
+
 async def check_reachable(sb: Sandbox, url: str, *, timeout: float = 10.0) -> None:
-    """Open a TCP connection to ``url`` from inside the sandbox (bash's /dev/tcp, no curl needed).
+    """Open a TCP connection to ``url`` from inside the sandbox.
 
     Claude Code retries a refused connection for ~3 minutes before it gives up, so a wrong
     address is caught here instead of eating the agent's budget.
     """
-    parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or ""
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    probe = f"exec 3<>/dev/tcp/{shlex.quote(host)}/{port}"
-    res = await sb.exec(f"timeout {int(timeout)} bash -c {shlex.quote(probe)}", timeout=timeout + 5)
+    res = await sb.exec(probe_script(url, timeout=timeout), timeout=timeout + 5)
     if not res.ok:
-        raise AdapterUnreachable(
-            f"the sandbox cannot connect to the adapter at {host}:{port} "
-            f"(exit {res.exit_code}: {res.stderr.strip()[-300:]}); check ADAPTER_PUBLIC_HOST / "
-            "ADAPTER_BIND_HOST and that the adapter listens on that address"
-        )
+        raise unreachable(url, res.stderr or f"exit {res.exit_code}")

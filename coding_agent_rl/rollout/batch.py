@@ -98,7 +98,9 @@ async def run_batch(
 
         async def one(row: Any, sample: Sample) -> None:
             async with sem:
-                outcome = await runtime.runner.run(row, sample)
+                outcome = await runtime.runner.run(
+                    row, sample, sampling_params=config.sampling_defaults or None
+                )
             outcome.record["agent"] = config.agent
             writer.add(outcome.samples, outcome.record)
             progress.update(outcome.record)

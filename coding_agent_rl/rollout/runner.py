@@ -18,12 +18,14 @@ import dataclasses
 import json
 import logging
 import pathlib
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from coding_agent_rl.grading.diff import DiffCaptureError, capture_diff
 from coding_agent_rl.grading.grade import grade
+from coding_agent_rl.grading.prepared import GradingSandbox
 from coding_agent_rl.grading.workspace import prepare_workspace
 from coding_agent_rl.harness import HarnessContext
 from coding_agent_rl.rollout.prompt import PROBLEM_FILE, render_prompt
@@ -33,6 +35,15 @@ from coding_agent_rl.trajectory import build_samples
 from coding_agent_rl.types import Sample, Status, aborted_sample
 
 log = logging.getLogger(__name__)
+LOCAL_BACKENDS = ("docker", "local")  # sandboxes on this machine: an idle one costs nothing
+
+
+async def _settle(task: asyncio.Future[Any]) -> None:
+    """Cancel ``task`` unless it is done, wait for it, and mark its outcome as seen."""
+    task.cancel()
+    await asyncio.wait([task])
+    if not task.cancelled():
+        task.exception()
 
 
 def event(name: str, sid: str, **fields: Any) -> None:
@@ -58,6 +69,12 @@ class RolloutConfig:
     prompt_template: str | None = None
     model_name: str = "policy"
     out_dir: pathlib.Path | None = None  # per-rollout artifacts (diff, agent log, test log)
+    # Bind-mount the agent CLI from the host cache (Docker on this machine) instead of uploading
+    # it into every sandbox.
+    mount_agent: bool = True
+    # Create and prepare the grading sandbox while the agent runs. None: on for sandboxes on
+    # this machine (docker, local); off for remote ones, billed per sandbox-second.
+    grade_ahead: bool | None = None
 
     @property
     def deadline(self) -> float:
@@ -96,6 +113,8 @@ class RolloutRunner:
         self.decode = decode
         self.on_session_open = on_session_open
         self.run_id = run_id or uuid.uuid4().hex[:8]
+        self._mounts: dict[str, str] | None = None  # host file -> sandbox path, once known
+        self._mounts_task: asyncio.Future[dict[str, str]] | None = None
 
     async def run(
         self,
@@ -149,8 +168,10 @@ class RolloutRunner:
         }
         art = self._artifact_dir(row, base)
         event("start", sid, instance_id=row.instance_id, index=base.index, attempt=attempt)
+        # The trainer's sampling params win over what the CLI asks for (its max_tokens,
+        # temperature): the tokens are trained as sampled under them; max_new_tokens is a cap.
         self.adapter.sessions.open(
-            sid, sampling_defaults=sampling_params, max_turns=self.config.max_turns
+            sid, sampling_fixed=sampling_params, max_turns=self.config.max_turns
         )
         try:
             samples = await asyncio.wait_for(
@@ -173,6 +194,7 @@ class RolloutRunner:
                 self.adapter.sessions.close(sid)
                 self.adapter.sessions.pop(sid)
         record["timings"] = timings.as_dict()
+        record["profile"] = timings.profile()
         event(
             "end",
             sid,
@@ -195,16 +217,26 @@ class RolloutRunner:
     ) -> list[Sample]:
         cfg = self.config
         if self.on_session_open is not None:
-            await self.on_session_open(sid, row)
+            with timings.step("session_open"):
+                await self.on_session_open(sid, row)
         async with contextlib.AsyncExitStack() as stack:
+            # Grading needs the diff only after its set-up: its sandbox is created and prepared
+            # from the image alone while the agent works, and destroyed on every path.
+            ahead = None
+            if self._grade_ahead:
+                ahead = await stack.enter_async_context(
+                    GradingSandbox(row, backend=cfg.backend, sandbox_options=cfg.sandbox_options)
+                )
             with timings.phase("sandbox_s"):
-                try:
-                    sb = await stack.enter_async_context(
-                        create_sandbox(cfg.backend, row.image, **cfg.sandbox_options)
-                    )
-                except SandboxError as e:
-                    raise InfraFailure(f"sandbox: {e}") from e
-                base_commit = await self._prepare_repo(sb, row)
+                with timings.step("agent_sandbox_create"):
+                    sb = await self._create_agent_sandbox(row)
+                stack.push_async_callback(sb.close)
+                # The CLI's install (usually a cached check) touches nothing the workspace set-up
+                # does: it runs alongside; install_s counts only what it adds after.
+                installing = asyncio.ensure_future(self.harness.install(sb))
+                stack.push_async_callback(_settle, installing)
+                with timings.step("workspace"):
+                    base_commit = await self._prepare_repo(sb, row)
             with timings.phase("install_s"):
                 ctx = HarnessContext(
                     adapter_url=self.adapter_url,
@@ -214,18 +246,26 @@ class RolloutRunner:
                     log_dir=art,
                 )
                 try:
-                    await self.harness.install(sb)
-                    await self.harness.configure(sb, ctx)
+                    with timings.step("install_wait"):
+                        await installing
+                    with timings.step("configure"):
+                        await self.harness.configure(sb, ctx)
                 except SandboxError:
                     raise
                 except Exception as e:
                     raise InfraFailure(f"agent install: {e}") from e
+            if ahead is not None:
+                # While the agent works (mostly waiting on the policy), not while its sandbox is
+                # set up: that is on the critical path, the agent's model turns usually are not.
+                ahead.start()
             with timings.phase("agent_s"):
                 prompt = render_prompt(row.problem_statement, row.workdir, cfg.prompt_template)
                 agent = await self.harness.run(sb, ctx, prompt, cfg.agent_budget_s)
             record["agent_exit_code"] = agent.exit_code
             record["agent_timed_out"] = agent.timed_out
-            await self.adapter.sessions.settled(sid, timeout=10.0)
+            timings.steps["agent_cli"] = agent.duration_s
+            with timings.step("settled"):
+                await self.adapter.sessions.settled(sid, timeout=10.0)
             turns = self.adapter.sessions.turns(sid)
             event(
                 "agent_done",
@@ -242,17 +282,28 @@ class RolloutRunner:
                 except DiffCaptureError as e:  # e.g. the agent deleted .git: its own doing
                     record.update(failure_kind="model", fail_reason=f"diff: {e}")
                     return self._samples(row, base, sid, turns, record, 0.0, evaluation)
-        # The agent sandbox is gone here: only the diff crosses over to grading.
-        self._write_artifact(art, "diff.patch", diff.data)
-        record["artifacts"] = self._artifacts(art, agent)
-        with timings.phase("grade_s"):
-            result = await grade(
-                row,
-                diff.text,
-                backend=cfg.backend,
-                sandbox_options=cfg.sandbox_options,
-                timeout=cfg.eval_timeout_s,
-            )
+            # Only the diff crosses over to grading. The agent sandbox is destroyed meanwhile;
+            # the stack waits for that before the rollout returns.
+            closing = asyncio.ensure_future(self._close_timed(sb, timings))
+            stack.push_async_callback(asyncio.wait, [closing])
+            self._write_artifact(art, "diff.patch", diff.data)
+            record["artifacts"] = self._artifacts(art, agent)
+            with timings.phase("grade_s"):
+                t_grade = time.monotonic()
+                result = await grade(
+                    row,
+                    diff.text,
+                    backend=cfg.backend,
+                    sandbox_options=cfg.sandbox_options,
+                    timeout=cfg.eval_timeout_s,
+                    sandbox=ahead,
+                )
+            if ahead is not None:
+                with timings.phase("grade_s"), timings.step("grading_sandbox_destroy"):
+                    await ahead.close()
+                if ahead.ready_at is not None:
+                    timings.steps["grading_prepare"] = ahead.prepare_s or 0.0
+                    timings.steps["grading_wait"] = max(0.0, ahead.ready_at - t_grade)
         self._write_artifact(art, "test_log.txt", result.test_log)
         record.update(
             reward=result.reward,
@@ -274,16 +325,68 @@ class RolloutRunner:
             record["fail_reason"] = result.reason
         return self._samples(row, base, sid, turns, record, result.reward, evaluation)
 
+    @property
+    def _grade_ahead(self) -> bool:
+        ahead = self.config.grade_ahead
+        return ahead if ahead is not None else self.config.backend in LOCAL_BACKENDS
+
+    async def _create_agent_sandbox(self, row: Any) -> Any:
+        """The agent's sandbox, with the harness's host files mounted where the backend can."""
+        cfg = self.config
+        mounts = await self._agent_mounts()
+        opts = dict(cfg.sandbox_options)
+        if mounts:
+            opts["mounts"] = {**(opts.get("mounts") or {}), **mounts}
+        sb = create_sandbox(cfg.backend, row.image, **opts)
+        try:
+            await sb.__aenter__()  # destroys what it created when it fails or is cancelled
+        except SandboxError as e:
+            if mounts and "mount" in str(e).lower():
+                log.warning("cannot mount the agent CLI (%s); uploading it from now on", e)
+                self._mounts = {}
+            raise InfraFailure(f"sandbox: {e}") from e
+        return sb
+
+    async def _agent_mounts(self) -> dict[str, str]:
+        """Host files the harness wants in the agent sandbox (``harness.host_mounts()``), for
+        Docker on this machine: bind-mounted read-only instead of uploaded into every sandbox.
+        Computed once (the first call may fetch and unpack the CLI)."""
+        cfg = self.config
+        host_mounts = getattr(self.harness, "host_mounts", None)
+        if not (cfg.mount_agent and cfg.backend == "docker" and host_mounts):
+            return {}
+        from coding_agent_rl.sandbox.docker_engine import is_local
+
+        if self._mounts is None and is_local():
+            if self._mounts_task is None or self._mounts_task.get_loop() is not (
+                asyncio.get_running_loop()
+            ):
+                self._mounts_task = asyncio.ensure_future(asyncio.to_thread(host_mounts))
+            try:
+                self._mounts = await asyncio.shield(self._mounts_task)
+            except Exception as e:  # the install step reports it (and uploads, where it can)
+                log.warning("agent CLI not mountable (%s); uploading it per sandbox", e)
+                self._mounts = {}
+        return self._mounts or {}
+
+    @staticmethod
+    async def _close_timed(sb: Any, timings: Timings) -> None:
+        with timings.step("agent_sandbox_destroy"):
+            await sb.close()
+
     async def _prepare_repo(self, sb: Any, row: Any) -> str:
         """Run the row's set-up, hide the future from git; returns the base commit id."""
         try:
-            base_commit = await prepare_workspace(sb, row, agent=True)
+            return await prepare_workspace(
+                sb,
+                row,
+                agent=True,
+                files={f"{row.workdir}/{PROBLEM_FILE}": row.problem_statement},
+            )
         except SandboxError:
             raise
         except Exception as e:  # the task's own set-up failed: not the model's doing
             raise InfraFailure(f"workspace: {e}") from e
-        await sb.write_file(f"{row.workdir}/{PROBLEM_FILE}", row.problem_statement)
-        return base_commit
 
     def _check_agent(self, sid: str, agent: Any, turns: list[Any]) -> None:
         errors = self.adapter.sessions.errors(sid)

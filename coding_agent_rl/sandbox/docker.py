@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 import docker.errors
+import docker.types
 import requests.exceptions
 
 from coding_agent_rl.sandbox import docker_engine as engine
@@ -56,6 +57,9 @@ class DockerOptions:
     extra_hosts: dict[str, str] | None = None  # /etc/hosts entries: name -> address
     boot_concurrency: int | None = None  # default: $SWE_BOOT_CONCURRENCY or 16
     create_attempts: int = 4  # tries on transient engine errors
+    # Read-only bind mounts, host path -> sandbox path (e.g. an agent CLI from the host cache).
+    # Host paths name files on the engine's machine: see docker_engine.is_local().
+    mounts: dict[str, str] | None = None
 
 
 def build_hint(image: str) -> str:
@@ -110,6 +114,9 @@ class DockerSandbox(Sandbox):
 
     def __init__(self, image: str, **options: Any):
         self.opts = parse_options(DockerOptions, self.backend, options)
+        for host, target in (self.opts.mounts or {}).items():
+            if not (posixpath.isabs(host) and posixpath.isabs(target)):
+                raise ValueError(f"mount {host!r} -> {target!r}: both paths must be absolute")
         super().__init__(image, output_cap=self.opts.output_cap)
         self.run_id = self.opts.run_id or engine.default_run_id()
         self._cid: str | None = None
@@ -123,6 +130,11 @@ class DockerSandbox(Sandbox):
     def container_id(self) -> str | None:
         return self._cid
 
+    @property
+    def mounts(self) -> dict[str, str]:
+        """The read-only bind mounts, host path -> sandbox path."""
+        return dict(self.opts.mounts or {})
+
     # ---- lifecycle ---------------------------------------------------------------------------
     def _create_blocking(self) -> None:
         api = engine.client().api
@@ -134,6 +146,13 @@ class DockerSandbox(Sandbox):
             pids_limit=o.pids_limit,
             network_mode=o.network,
             extra_hosts=o.extra_hosts,
+            # A "bind" mount (unlike a legacy volume bind) fails when the host path is missing
+            # instead of creating an empty directory there.
+            mounts=[
+                docker.types.Mount(target, host, type="bind", read_only=True)
+                for host, target in (o.mounts or {}).items()
+            ]
+            or None,
         )
         created = api.create_container(
             self.image,

@@ -74,6 +74,13 @@ def submit(fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
     return _executor().submit(fn, *args)
 
 
+def is_local() -> bool:
+    """Whether the engine runs on this machine (a unix socket), so that bind-mounted host paths
+    name this machine's files. ``DOCKER_HOST=tcp://...`` or ``ssh://...`` is another machine."""
+    host = os.environ.get("DOCKER_HOST", "")
+    return not host or host.startswith("unix://")
+
+
 def default_run_id() -> str:
     """This process's run id (labels every container it creates unless ``run_id`` is given)."""
     global _run_id

@@ -1,16 +1,15 @@
 """Build the base image ``coding-agent-rl/base:latest`` without a registry.
 
 Where no registry is reachable: debootstrap Debian bookworm (minbase) with what agents and
-graders need, then ``docker import``. ``from_image`` builds FROM a registry image instead.
+graders need (kept as the local backend's base, see :mod:`rootfs`), then ``docker import``.
+``from_image`` builds FROM a registry image instead.
 """
 
 from __future__ import annotations
 
 import logging
 import pathlib
-import shutil
 import subprocess
-import tempfile
 
 log = logging.getLogger(__name__)
 
@@ -87,40 +86,18 @@ def build_base_image(
         )
         _run(["docker", "build", "-t", name, "-"], input=dockerfile)
         return name
-    if shutil.which("debootstrap") is None:
-        raise ImageBuildError(
-            "debootstrap is not installed (apt-get install -y debootstrap), "
-            "or pass --from IMAGE to build from a registry image"
-        )
-    mirror = mirror or apt_mirror()
-    with tempfile.TemporaryDirectory(prefix="car-rootfs-") as tmp:
-        rootfs = pathlib.Path(tmp) / "rootfs"
-        _run(
-            [
-                "debootstrap",
-                "--variant=minbase",
-                f"--include={','.join(BASE_PACKAGES)}",
-                "bookworm",
-                str(rootfs),
-                mirror,
-            ]
-        )
-        # Lean image: apt caches and docs are not needed in a sandbox.
-        for sub in (
-            "var/cache/apt/archives",
-            "var/lib/apt/lists",
-            "usr/share/doc",
-            "usr/share/man",
-        ):
-            shutil.rmtree(rootfs / sub, ignore_errors=True)
-        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-        imp = subprocess.run(
-            ["docker", "import", "--change", 'CMD ["/bin/bash"]', "-", name],
-            stdin=tar.stdout,
-            capture_output=True,
-            text=True,
-        )
-        tar.wait()
-        if imp.returncode != 0 or tar.returncode != 0:
-            raise ImageBuildError(f"docker import failed: {imp.stderr[-2000:]}")
+    # The root filesystem stays in the local backend's store: built once, it serves both.
+    from coding_agent_rl.sandbox.rootfs import build_base
+
+    rootfs = build_base(name, rebuild=rebuild, mirror=mirror).root
+    tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+    imp = subprocess.run(
+        ["docker", "import", "--change", 'CMD ["/bin/bash"]', "-", name],
+        stdin=tar.stdout,
+        capture_output=True,
+        text=True,
+    )
+    tar.wait()
+    if imp.returncode != 0 or tar.returncode != 0:
+        raise ImageBuildError(f"docker import failed: {imp.stderr[-2000:]}")
     return name

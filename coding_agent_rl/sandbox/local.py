@@ -1,9 +1,12 @@
 """Local backend: bubblewrap, for machines without a container engine (needs root).
 
 ``image="host"`` shows the host's filesystem read-only; ``image=DIR`` shows an unpacked root
-filesystem read-only. Either way ``/tmp``, ``/root``, ``/home``, ``/workspace`` (and the paths
-in option ``writable``) are private writable copies kept in a temp dir on the host, so nothing
-leaks into the source tree and state persists across execs (see :mod:`local_view`).
+filesystem read-only; any other image is looked up by name in the local image store (built by
+``coding-agent-rl images build --backend local``, see :mod:`rootfs`), whose ``ENV`` and
+``WORKDIR`` apply as in Docker. Either way ``/tmp``, ``/root``, ``/home``, ``/workspace`` (and the
+paths in option ``writable``) are private writable copies kept in a temp dir on the host, so
+nothing leaks into the source tree and state persists across execs (see :mod:`local_view`).
+Option ``mounts`` binds host files read-only (e.g. an agent CLI from the host cache).
 
 One sandbox = one long-lived bwrap "holder" that owns the pid, ipc, uts (and, unless
 ``network="host"``, net) namespaces; every exec is a fresh bwrap joining them, so detached
@@ -29,6 +32,7 @@ import tempfile
 import time
 from typing import Any
 
+from coding_agent_rl.sandbox import rootfs
 from coding_agent_rl.sandbox.base import (
     DEFAULT_OUTPUT_CAP,
     ExecResult,
@@ -42,7 +46,9 @@ from coding_agent_rl.sandbox.local_view import (
     build_view,
     bwrap_reason,
     check_root,
+    host_path,
     lookup_user,
+    private_copies,
     private_dirs,
 )
 from coding_agent_rl.sandbox.options import parse_options
@@ -60,8 +66,9 @@ class LocalOptions:
     network: str = "none"  # "none" | "host"
     workspace: str | None = None  # host directory copied to /workspace
     writable: list[str] | None = None  # more sandbox paths to copy from the source, writable
-    workdir: str = "/workspace"  # default cwd of execs
-    env: dict[str, str] | None = None
+    workdir: str | None = None  # default cwd of execs: the image's WORKDIR, else /workspace
+    env: dict[str, str] | None = None  # over the image's ENV
+    mounts: dict[str, str] | None = None  # read-only binds, host path -> sandbox path
     output_cap: int = DEFAULT_OUTPUT_CAP
 
 
@@ -77,8 +84,9 @@ async def _exit_then_grace(proc: asyncio.subprocess.Process) -> None:
 class LocalSandbox(Sandbox):
     backend = "local"
 
-    def __init__(self, image: str, **options: Any):
-        self.opts = parse_options(LocalOptions, self.backend, options)
+    def __init__(self, image: str, *, network: str = "none", **options: Any):
+        # ``network`` is a named parameter: grading finds it there and turns it off.
+        self.opts = parse_options(LocalOptions, self.backend, {"network": network, **options})
         if self.opts.network not in ("none", "host"):
             raise ValueError(
                 f"option 'network' of the local sandbox: 'none' or 'host', got {self.opts.network!r}"
@@ -86,6 +94,14 @@ class LocalSandbox(Sandbox):
         super().__init__(image, output_cap=self.opts.output_cap)
         self.host_mode = image == "host"
         self.root = pathlib.Path("/" if self.host_mode else image)
+        self._env = dict(self.opts.env or {})
+        self._workdir = self.opts.workdir or "/workspace"
+        stored = None if self.host_mode or image.startswith("/") else rootfs.find(image)
+        if stored is not None:
+            self.root = stored.root
+            self._env = {**stored.env, **self._env}
+            self._workdir = self.opts.workdir or stored.workdir or "/workspace"
+        self._copies: dict[str, pathlib.Path] = {}
         self._tmp: pathlib.Path | None = None
         self._holder: subprocess.Popen[bytes] | None = None
         self._holder_pid = 0
@@ -96,18 +112,26 @@ class LocalSandbox(Sandbox):
     def sandbox_id(self) -> str:
         return self._tmp.name if self._tmp else ""
 
+    @property
+    def mounts(self) -> dict[str, str]:
+        """The read-only bind mounts, host path -> sandbox path."""
+        return dict(self.opts.mounts or {})
+
     # ---- lifecycle ---------------------------------------------------------------------------
     def _prepare(self) -> None:
         """Blocking: private copies and the mount arguments every exec repeats."""
         if not self.host_mode:
             check_root(self.root)
         self._tmp = pathlib.Path(tempfile.mkdtemp(prefix="coding-agent-rl-local-"))
+        private = private_dirs(self.opts.writable)
+        self._copies = private_copies(private, self._tmp)
         self._mounts = build_view(
             self.root,
             host_mode=self.host_mode,
-            private=private_dirs(self.opts.writable),
+            private=private,
             workspace=self.opts.workspace,
             store=self._tmp,
+            binds=self.mounts,
         )
 
     def _start_holder(self) -> None:
@@ -204,7 +228,7 @@ class LocalSandbox(Sandbox):
             cwd,
         ]
         base = {"PATH": _PATH, "HOME": home, "USER": user, "LOGNAME": user, "LANG": "C.UTF-8"}
-        for key, value in {**base, **(self.opts.env or {}), **env}.items():
+        for key, value in {**base, **self._env, **env}.items():
             argv += ["--setenv", key, value]
         if uid != 0 or gid != 0:
             # bwrap drops every capability; keep just what setpriv needs to switch users.
@@ -234,15 +258,14 @@ class LocalSandbox(Sandbox):
         stdin: bytes | None = None,
         cap: int | None = None,
     ) -> tuple[int, CappedBuffer, CappedBuffer, bool]:
-        ident = (0, 0, "/root") if user in _ROOT_USERS else lookup_user(self.root, user)
+        passwd = host_path(self.root, self._copies, "/etc/passwd")
+        ident = (0, 0, "/root") if user in _ROOT_USERS else lookup_user(passwd, user)
         out, err = CappedBuffer(cap or self.output_cap), CappedBuffer(cap or self.output_cap)
         if ident is None:
             err.append(f"unable to find user {user}: no matching entries in passwd file\n")
             return 126, out, err, False
         token = new_token()
-        argv = self._argv(
-            cmd, ident, user, {**(env or {}), TOKEN_ENV: token}, cwd or self.opts.workdir
-        )
+        argv = self._argv(cmd, ident, user, {**(env or {}), TOKEN_ENV: token}, cwd or self._workdir)
         proc = await asyncio.create_subprocess_exec(
             *argv,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,

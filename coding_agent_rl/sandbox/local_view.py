@@ -49,8 +49,10 @@ def private_dirs(writable: list[str] | None) -> list[str]:
 def check_root(root: pathlib.Path) -> None:
     if not (root / "usr").is_dir():
         raise ImageNotFound(
-            f"local sandbox image {str(root)!r} is not an unpacked root filesystem; make one "
-            "with: mkdir -p DIR && docker export $(docker create IMAGE) | tar -x -C DIR "
+            f"local sandbox image {str(root)!r} is neither in the local image store nor an "
+            "unpacked root filesystem; build it with `coding-agent-rl images build --dataset FILE "
+            "--backend local` (the base: `images base --backend local`), or unpack one with: "
+            "mkdir -p DIR && docker export $(docker create IMAGE) | tar -x -C DIR "
             "(or use image='host')"
         )
 
@@ -62,16 +64,27 @@ def build_view(
     private: list[str],
     workspace: str | None,
     store: pathlib.Path,
+    binds: dict[str, str] | None = None,
 ) -> list[str]:
-    """Blocking: copy the private directories into ``store``; returns bwrap's mount arguments."""
-    hidden = {f"/{name}" for name in _NEVER_SHOWN} | {p for p in private if p.count("/") == 1}
+    """Blocking: copy the private directories into ``store``; returns bwrap's mount arguments.
+
+    ``binds``: host path -> sandbox path, bound read-only last (over private directories too).
+    """
+    # Private paths and bind targets are left out of the read-only view; a nested one (``/opt/x``)
+    # makes its parents directories of their own, so its mount point can be created whether or
+    # not the source has it.
+    binds = binds or {}
+    for target in binds.values():
+        if not posixpath.isabs(target) or posixpath.normpath(target) == "/":
+            raise ValueError(f"option 'mounts' of the local sandbox: bad path {target!r}")
+    hidden = {f"/{name}" for name in _NEVER_SHOWN} | set(private)
+    hidden |= {posixpath.normpath(t) for t in binds.values()}
     if host_mode:
         hidden |= set(_HOST_HIDDEN)
     mounts = _ro_binds(root, "/", hidden)
     mounts += ["--dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc", "--tmpfs", "/run"]
     mounts += ["--ro-bind-try", "/sys", "/sys"]
-    for i, path in enumerate(private):
-        host = store / f"{i}{path.replace('/', '_')}"
+    for path, host in private_copies(private, store).items():
         host.mkdir()
         seed = pathlib.Path(workspace) if path == "/workspace" and workspace else None
         source = root / path.lstrip("/")
@@ -86,7 +99,25 @@ def build_view(
         if path == "/tmp":
             host.chmod(0o1777)
         mounts += ["--bind", str(host), path]
+    for source, target in binds.items():
+        # --dir: the parents get mode 0755 (bwrap makes missing ones 0700, closed to non-root).
+        parent = posixpath.dirname(posixpath.normpath(target))
+        mounts += ["--dir", parent, "--ro-bind", source, posixpath.normpath(target)]
     return mounts
+
+
+def private_copies(private: list[str], store: pathlib.Path) -> dict[str, pathlib.Path]:
+    """Sandbox path -> the host directory holding its private copy."""
+    return {path: store / f"{i}{path.replace('/', '_')}" for i, path in enumerate(private)}
+
+
+def host_path(root: pathlib.Path, copies: dict[str, pathlib.Path], path: str) -> pathlib.Path:
+    """The host file a sandbox shows at ``path``: in the deepest private copy above it, else
+    in the source tree (read-only binds and bwrap's own mounts are not resolved)."""
+    for private in sorted(copies, key=len, reverse=True):
+        if path == private or path.startswith(private + "/"):
+            return copies[private] / posixpath.relpath(path, private)
+    return root / path.lstrip("/")
 
 
 def _ro_binds(src: pathlib.Path, dest: str, hidden: set[str]) -> list[str]:
@@ -109,13 +140,14 @@ def _ro_binds(src: pathlib.Path, dest: str, hidden: set[str]) -> list[str]:
     return args
 
 
-def lookup_user(root: pathlib.Path, user: str) -> tuple[int, int, str] | None:
-    """(uid, gid, home) of ``user`` (a name, ``uid`` or ``uid:gid``) in the sandbox's passwd."""
+def lookup_user(passwd: pathlib.Path, user: str) -> tuple[int, int, str] | None:
+    """(uid, gid, home) of ``user`` (a name, ``uid`` or ``uid:gid``) in the sandbox's passwd
+    file (its host path: users created in a private ``/etc`` are found)."""
     if user.replace(":", "").isdigit():
         uid, _, gid = user.partition(":")
         return int(uid), int(gid or uid), "/"
     with contextlib.suppress(OSError):
-        for line in (root / "etc/passwd").read_text().splitlines():
+        for line in passwd.read_text().splitlines():
             f = line.split(":")
             if len(f) >= 6 and f[0] == user:
                 return int(f[2]), int(f[3]), f[5]

@@ -1,0 +1,225 @@
+"""``coding-agent-rl bench rollout``: what a rollout costs outside the agent and the tests.
+
+Runs ``--n`` rollouts of the bundled example tasks (cycled) with the replay policy through
+:func:`coding_agent_rl.rollout.batch.run_batch`, ``--concurrency`` at a time, into a temp
+folder, and reads the per-rollout records back. The figure of merit is the *overhead*:
+``total_s - agent_s - tests_s`` per rollout (sandboxes, agent install and configuration, diff,
+grading set-up, teardown, bookkeeping), reported as its median together with the median of
+every phase.
+
+The baseline, slime's design, is modelled per rollout from the same run, not measured on slime
+(which is not installable here): the non-agent work we measured, all of it on the critical path
+as slime does it (our overhead plus the grading sandbox's set-up and the agent sandbox's
+teardown, which we overlap with other work), plus the expected latency of noticing the agent's
+exit with a 5 s marker poll (2.5 s, half the period), plus slime's fixed 10 s sleep per sample.
+It is a lower bound: slime also uploads the CLI into every sandbox (6-7 s here before we
+mounted it). ``ratio`` = our overhead / that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import pathlib
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from typing import Any
+
+from coding_agent_rl.rollout.timing import PHASES
+
+SLIME_POLL_S = 5.0  # slime polls `test -f done` every 5 s: on average the exit is seen 2.5 s late
+SLIME_SLEEP_S = 10.0  # slime sleeps 10 s per sample
+TARGET_OVERHEAD_S = 1.5
+TASKS = pathlib.Path(__file__).parents[1] / "datasets" / "examples" / "tasks.jsonl"
+
+
+def overhead_of(record: dict[str, Any]) -> float | None:
+    """``total_s - agent_s - tests_s`` of one results.jsonl record (None without timings)."""
+    t = record.get("timings") or {}
+    if "total_s" not in t:
+        return None
+    return t["total_s"] - t.get("agent_s", 0.0) - (record.get("tests_s") or 0.0)
+
+
+def slime_design_overhead_of(record: dict[str, Any]) -> float | None:
+    """The same rollout under slime's design: see the module docstring."""
+    ours = overhead_of(record)
+    if ours is None:
+        return None
+    steps = record.get("profile") or {}
+    serial = steps.get("grading_prepare", 0.0) + steps.get("agent_sandbox_destroy", 0.0)
+    return ours + serial + SLIME_POLL_S / 2 + SLIME_SLEEP_S
+
+
+def _p50(xs: list[float]) -> float | None:
+    return round(statistics.median(xs), 3) if xs else None
+
+
+def summarize(
+    records: list[dict[str, Any]], *, n: int, concurrency: int, wall_s: float, **info: Any
+) -> dict[str, Any]:
+    """The benchmark's JSON line from the run's records."""
+    ok = [r for r in records if not r.get("failure_kind") and (r.get("reward") or 0) >= 1.0]
+    phases = {
+        f"{p}_p50": _p50([r["timings"][p] for r in ok if p in (r.get("timings") or {})])
+        for p in (*PHASES, "total_s")
+    }
+    phases["tests_s_p50"] = _p50([r["tests_s"] for r in ok if r.get("tests_s") is not None])
+    profile_keys = sorted({k for r in ok for k in (r.get("profile") or {})})
+    profile = {
+        k: _p50([r["profile"][k] for r in ok if k in (r.get("profile") or {})])
+        for k in profile_keys
+    }
+    # Harness mechanics inside agent_s (writing the launcher, the launch and wait execs, the
+    # log copy): not part of the overhead figure, reported so that nothing hides there.
+    harness = [
+        r["timings"]["agent_s"] - r["profile"]["agent_cli"]
+        for r in ok
+        if "agent_cli" in (r.get("profile") or {})
+    ]
+    overheads = [o for r in ok if (o := overhead_of(r)) is not None]
+    overhead = _p50(overheads)
+    slime = _p50([o for r in ok if (o := slime_design_overhead_of(r)) is not None])
+    return {
+        **info,
+        "n": n,
+        "concurrency": concurrency,
+        "completed": len(ok),
+        "failures": len(records) - len(ok) + max(0, n - len(records)),
+        "failure_reasons": sorted(
+            {str(r.get("abort_reason") or r.get("fail_reason")) for r in records if r not in ok}
+        )[:5],
+        "wall_s": round(wall_s, 2),
+        "overhead_s_p50": overhead,
+        "overhead_s_max": round(max(overheads), 3) if overheads else None,
+        **phases,
+        "agent_harness_s_p50": _p50(harness),
+        "profile_p50": profile,
+        "slime_design_overhead_s": slime,
+        "slime_design_model": (
+            "per rollout: our measured non-agent work, all of it on the critical path (overhead "
+            "+ grading sandbox set-up + agent sandbox teardown, which we overlap) "
+            f"+ {SLIME_POLL_S / 2:g} s (expected exit-detection delay of a {SLIME_POLL_S:g} s "
+            f"marker poll) + {SLIME_SLEEP_S:g} s (its fixed sleep per sample); a lower bound: "
+            "slime also uploads the CLI into every sandbox"
+        ),
+        "ratio": round(overhead / slime, 3) if overhead is not None and slime else None,
+        "target_overhead_s": TARGET_OVERHEAD_S,
+        "target_met": overhead is not None and overhead <= TARGET_OVERHEAD_S,
+    }
+
+
+async def bench(
+    *,
+    n: int,
+    concurrency: int,
+    agent: str,
+    backend: str,
+    out: pathlib.Path,
+    sandbox_options: dict[str, Any],
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    from coding_agent_rl.datasets.schema import load_dataset
+    from coding_agent_rl.rollout.batch import run_batch
+    from coding_agent_rl.rollout.outputs import RunWriter
+    from coding_agent_rl.rollout.runner import RolloutConfig
+    from coding_agent_rl.rollout.runtime import RuntimeConfig
+
+    tasks = load_dataset(TASKS)
+    rows = [tasks[i % len(tasks)] for i in range(n)]
+    config = RuntimeConfig(
+        agent=agent,
+        policy="replay",
+        rollout=RolloutConfig(
+            backend=backend,
+            sandbox_options=sandbox_options,
+            agent_budget_s=300.0,
+            eval_timeout_s=120.0,
+            max_context=32768,
+            out_dir=out,
+        ),
+    )
+    writer = RunWriter(out)
+    t0 = time.monotonic()
+    await run_batch(rows, config, writer, concurrency=concurrency)
+    wall = time.monotonic() - t0
+    summary = summarize(
+        writer.results, n=n, concurrency=concurrency, wall_s=wall, agent=agent, backend=backend
+    )
+    return summary, writer.results
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--n", type=int, default=6, help="rollouts (the example tasks, cycled)")
+    parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--agent", default="claude_code", help="harness name")
+    parser.add_argument("--sandbox", default="docker", help="sandbox backend")
+    parser.add_argument("--out", type=pathlib.Path, help="keep the run folder here (default: temp)")
+    parser.add_argument(
+        "--sandbox-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="backend option, e.g. run_id=NAME, cpus=2 (repeatable)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON line")
+    parser.add_argument(
+        "--profile", action="store_true", help="print each rollout's phases and steps to stderr"
+    )
+
+
+def print_profile(records: list[dict[str, Any]], stream: Any) -> None:
+    """One line per rollout: its phases, then its steps (which may overlap: see timing.py)."""
+    for r in records:
+        t = r.get("timings") or {}
+        steps = r.get("profile") or {}
+        head = f"{r.get('instance_id')}#{r.get('sample_index')} overhead={overhead_of(r) or 0:.2f}s"
+        phases = " ".join(f"{k.removesuffix('_s')}={v:.2f}" for k, v in t.items())
+        detail = " ".join(f"{k}={v:.2f}" for k, v in sorted(steps.items()))
+        print(f"{head} | {phases} tests={r.get('tests_s') or 0:.2f} | {detail}", file=stream)
+
+
+def run(args: argparse.Namespace) -> int:
+    from coding_agent_rl.cli import UserError
+    from coding_agent_rl.commands.run import parse_options
+    from coding_agent_rl.harness import HARNESSES
+
+    if args.n < 1 or args.concurrency < 1:
+        raise UserError("--n and --concurrency must be at least 1")
+    if args.agent not in HARNESSES.names():
+        raise UserError(f"unknown agent {args.agent!r}; known: {', '.join(HARNESSES.names())}")
+    if args.sandbox == "docker":
+        from coding_agent_rl.datasets.images import build_dataset_images
+
+        build_dataset_images(TASKS)
+    options = parse_options(args.sandbox_option)
+    if args.sandbox == "docker":
+        options.setdefault("run_id", f"bench-rollout-{uuid.uuid4().hex[:8]}")
+    with tempfile.TemporaryDirectory(prefix="car-bench-rollout-") as tmp:
+        out = args.out or pathlib.Path(tmp)
+        result, records = asyncio.run(
+            bench(
+                n=args.n,
+                concurrency=args.concurrency,
+                agent=args.agent,
+                backend=args.sandbox,
+                out=out,
+                sandbox_options=options,
+            )
+        )
+    if args.profile:
+        print_profile(records, sys.stderr)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key:28} {value}")
+    if result["failures"]:
+        print(f"bench rollout: {result['failures']} rollout(s) failed", file=sys.stderr)
+        return 1
+    if not result["target_met"]:
+        print("bench rollout: overhead target not met", file=sys.stderr)
+    return 0

@@ -1,0 +1,65 @@
+"""``coding-agent-rl bench rollout``: the real command (real Claude Code, Docker, replay policy)
+prints one JSON line of the documented shape; the figures are checked for consistency, not speed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+
+import pytest
+from rollout_helpers import containers
+
+pytestmark = [pytest.mark.docker, pytest.mark.agents, pytest.mark.usefixtures("example_images")]
+
+PHASE_KEYS = ("sandbox_s", "install_s", "agent_s", "diff_s", "grade_s", "total_s", "tests_s")
+
+
+def test_bench_rollout_prints_one_json_line_of_figures():
+    run_id = f"bench-test-{uuid.uuid4().hex[:8]}"
+    cmd = [
+        sys.executable,
+        "-c",
+        "import sys; from coding_agent_rl.cli import main; sys.exit(main())",
+        "bench",
+        "rollout",
+        "--n",
+        "2",
+        "--concurrency",
+        "2",
+        "--sandbox-option",
+        f"run_id={run_id}",
+        "--json",
+        "--profile",
+    ]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    finally:
+        left = containers(run_id)
+        if left:
+            subprocess.run(["docker", "rm", "-f", *left], capture_output=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1, proc.stdout
+    out = json.loads(lines[0])
+    assert left == [], "the benchmark left a sandbox behind"
+
+    assert (out["n"], out["concurrency"], out["completed"], out["failures"]) == (2, 2, 2, 0)
+    assert out["agent"] == "claude_code" and out["backend"] == "docker"
+    for key in ("wall_s", "overhead_s_p50", "overhead_s_max", "slime_design_overhead_s", "ratio"):
+        assert isinstance(out[key], float) and out[key] > 0, key
+    for key in PHASE_KEYS:
+        assert isinstance(out[f"{key}_p50"], float) and out[f"{key}_p50"] >= 0, key
+    # Overhead = total - agent - tests, so it is below the total and the baseline above it.
+    assert out["overhead_s_p50"] < out["total_s_p50"]
+    assert out["slime_design_overhead_s"] >= out["overhead_s_p50"] + 12.5 - 1e-6
+    assert out["ratio"] < 1 and isinstance(out["target_met"], bool)
+    assert "marker poll" in out["slime_design_model"]
+    # The agent CLI was mounted, not uploaded, and grading was prepared while the agent ran.
+    steps = out["profile_p50"]
+    for step in ("agent_sandbox_create", "workspace", "configure", "agent_cli", "grading_prepare"):
+        assert step in steps, step
+    assert out["install_s_p50"] < 3.0, "the 383 MB CLI looks uploaded, not mounted"
+    # --profile: one line per rollout on stderr.
+    assert proc.stderr.count("overhead=") == 2
