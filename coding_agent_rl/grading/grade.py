@@ -5,6 +5,8 @@ commit); drop from the diff every file section on a protected path (protect.py);
 as the unprivileged test user with the ladder (apply.py); revert any protected path that still
 changed on disk; reset ``test_files`` to the base (files the agent created there are deleted);
 apply ``test_patch``; run the tests / ``eval_cmd`` / Harbor's ``tests/test.sh``; parse; score.
+The steps before the diff depend on the row alone: a :class:`GradingSandbox` (prepared.py) does
+them ahead, while the agent works.
 
 Infra vs model (``failure_kind``):
 

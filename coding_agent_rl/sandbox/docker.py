@@ -3,7 +3,8 @@
 Commands run through the exec API (``bash -c``); files move through the archive API
 (:mod:`docker_files`). A timeout SIGKILLs everything the exec started
 (see :mod:`coding_agent_rl.sandbox.reaper`). Leftovers of a crashed run are found by label:
-``coding-agent-rl.sandbox=1`` and ``coding-agent-rl.run=<run id>``.
+``coding-agent-rl.sandbox=1`` and ``coding-agent-rl.run=<run id>``. Read-only bind mounts
+(``mounts``) bring host files in without a copy, e.g. an agent CLI from the host cache.
 """
 
 from __future__ import annotations
