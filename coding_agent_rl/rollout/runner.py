@@ -314,7 +314,7 @@ class RolloutRunner:
             tests=result.tests,
             protected_paths_touched=result.protected_paths_touched,
             apply_method=result.apply_method,
-            tests_s=getattr(result, "tests_s", None),
+            tests_s=result.tests_s,
             diff_truncated=diff.truncated_reason,
         )
         if result.failure_kind == "infra":
