@@ -30,7 +30,7 @@ def _env_float(name: str, default: float) -> float:
 
 def runtime_config_from_args(args: Any) -> Any:
     """slime's ``args`` namespace + environment -> :class:`RuntimeConfig`."""
-    from coding_agent_rl.rollout.runner import RolloutConfig
+    from coding_agent_rl.rollout.config import RolloutConfig
     from coding_agent_rl.rollout.runtime import RuntimeConfig
 
     host = getattr(args, "sglang_router_ip", None) or "127.0.0.1"

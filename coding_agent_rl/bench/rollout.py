@@ -124,8 +124,8 @@ async def bench(
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     from coding_agent_rl.datasets.schema import load_dataset
     from coding_agent_rl.rollout.batch import run_batch
+    from coding_agent_rl.rollout.config import RolloutConfig
     from coding_agent_rl.rollout.outputs import RunWriter
-    from coding_agent_rl.rollout.runner import RolloutConfig
     from coding_agent_rl.rollout.runtime import RuntimeConfig
 
     tasks = load_dataset(TASKS)

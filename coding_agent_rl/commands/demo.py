@@ -121,9 +121,9 @@ def run_policy(
     name: str, policy: str, rows: list[Any], args: argparse.Namespace, backend: str
 ) -> dict[str, Any]:
     from coding_agent_rl.rollout.batch import run_batch
+    from coding_agent_rl.rollout.config import RolloutConfig
     from coding_agent_rl.rollout.local_options import local_sandbox_options
     from coding_agent_rl.rollout.outputs import RunWriter
-    from coding_agent_rl.rollout.runner import RolloutConfig
     from coding_agent_rl.rollout.runtime import RuntimeConfig
 
     out = args.out / name

@@ -58,7 +58,7 @@ def parse_options(items: list[str]) -> dict[str, object]:
 
 
 def build_config(args: argparse.Namespace):
-    from coding_agent_rl.rollout.runner import RolloutConfig
+    from coding_agent_rl.rollout.config import RolloutConfig
     from coding_agent_rl.rollout.runtime import RuntimeConfig
 
     if args.concurrency < 1 or args.n_samples < 1:

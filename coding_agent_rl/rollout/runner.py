@@ -28,6 +28,7 @@ from coding_agent_rl.grading.grade import grade
 from coding_agent_rl.grading.prepared import GradingSandbox
 from coding_agent_rl.grading.workspace import prepare_workspace
 from coding_agent_rl.harness import HarnessContext
+from coding_agent_rl.rollout.config import LOCAL_BACKENDS, RolloutConfig, RolloutOutcome
 from coding_agent_rl.rollout.prompt import PROBLEM_FILE, render_prompt
 from coding_agent_rl.rollout.timing import Timings
 from coding_agent_rl.sandbox import SandboxError, create_sandbox
@@ -35,7 +36,6 @@ from coding_agent_rl.trajectory import build_samples
 from coding_agent_rl.types import Sample, Status, aborted_sample
 
 log = logging.getLogger(__name__)
-LOCAL_BACKENDS = ("docker", "local")  # sandboxes on this machine: an idle one costs nothing
 
 
 async def _settle(task: asyncio.Future[Any]) -> None:
@@ -53,38 +53,6 @@ def event(name: str, sid: str, **fields: Any) -> None:
 
 class InfraFailure(Exception):
     """A failure that is not the model's: the rollout is dropped from training and retried."""
-
-
-@dataclasses.dataclass
-class RolloutConfig:
-    backend: str = "docker"
-    sandbox_options: dict[str, Any] = dataclasses.field(default_factory=dict)
-    agent_budget_s: float = 1800.0
-    eval_timeout_s: float = 600.0
-    deadline_s: float | None = None  # whole-rollout guard; default agent + eval + 180 s
-    infra_retries: int = 1
-    reward_mode: str = "full"
-    max_context: int | None = None
-    max_turns: int | None = None
-    prompt_template: str | None = None
-    model_name: str = "policy"
-    out_dir: pathlib.Path | None = None  # per-rollout artifacts (diff, agent log, test log)
-    # Bind-mount the agent CLI from the host cache (Docker on this machine) instead of uploading
-    # it into every sandbox.
-    mount_agent: bool = True
-    # Create and prepare the grading sandbox while the agent runs. None: on for sandboxes on
-    # this machine (docker, local); off for remote ones, billed per sandbox-second.
-    grade_ahead: bool | None = None
-
-    @property
-    def deadline(self) -> float:
-        return self.deadline_s or self.agent_budget_s + self.eval_timeout_s + 180.0
-
-
-@dataclasses.dataclass
-class RolloutOutcome:
-    samples: list[Sample]
-    record: dict[str, Any]  # one line of results.jsonl
 
 
 # Called with (session_id, row) once the adapter session is open, e.g. to hand the replay

@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import pathlib
 from typing import Any
 
-from coding_agent_rl.rollout.runner import RolloutConfig, RolloutRunner
+from coding_agent_rl.rollout.config import RolloutConfig
+from coding_agent_rl.rollout.runner import RolloutRunner
 
 log = logging.getLogger(__name__)
 
@@ -107,9 +107,3 @@ class Runtime:
                 await self.adapter.stop()
         if self.policy_server is not None:
             await self.policy_server.stop()
-
-
-def out_dir(path: str | os.PathLike[str]) -> pathlib.Path:
-    p = pathlib.Path(path)
-    p.mkdir(parents=True, exist_ok=True)
-    return p

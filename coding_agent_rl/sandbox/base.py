@@ -106,7 +106,7 @@ class Sandbox(abc.ABC):
         user: str,
         env: dict[str, str] | None,
         cwd: str | None,
-        timeout: float,
+        timeout: float | None,
         idempotent: bool,
     ) -> ExecResult: ...
 
@@ -167,7 +167,12 @@ class Sandbox(abc.ABC):
         """
         self._check_open()
         result = await self._exec(
-            cmd, user=user, env=env, cwd=cwd, timeout=timeout, idempotent=idempotent
+            cmd,
+            user=user,
+            env=env,
+            cwd=cwd,
+            timeout=timeout if timeout and timeout > 0 else None,  # <= 0: no limit
+            idempotent=idempotent,
         )
         if check and not result.ok:
             raise CommandFailed(cmd, result)

@@ -301,10 +301,9 @@ class DockerSandbox(Sandbox):
         user: str,
         env: dict[str, str] | None,
         cwd: str | None,
-        timeout: float,
+        timeout: float | None,
         idempotent: bool,
     ) -> ExecResult:
-        timeout = timeout if timeout and timeout > 0 else None
         for attempt in range(3):
             run = _ExecRun(self.output_cap)
             try:

@@ -214,10 +214,9 @@ class E2BSandbox(Sandbox):
         user: str,
         env: dict[str, str] | None,
         cwd: str | None,
-        timeout: float,
+        timeout: float | None,
         idempotent: bool,
     ) -> ExecResult:
-        timeout = timeout if timeout and timeout > 0 else None
         try:
             return await self._retry(
                 lambda: self._exec_once(cmd, user, env, cwd, timeout), idempotent=idempotent

@@ -326,12 +326,12 @@ class LocalSandbox(Sandbox):
         user: str,
         env: dict[str, str] | None,
         cwd: str | None,
-        timeout: float,
+        timeout: float | None,
         idempotent: bool,
     ) -> ExecResult:
         start = time.monotonic()
         code, out, err, timed_out = await self._run(
-            cmd, user=user, env=env, cwd=cwd, timeout=timeout if timeout and timeout > 0 else None
+            cmd, user=user, env=env, cwd=cwd, timeout=timeout
         )
         return ExecResult(code, out.text(), err.text(), timed_out, time.monotonic() - start)
 

@@ -72,7 +72,7 @@ def solve_script(path: pathlib.Path, rows: list[TaskRow], *extra: dict[str, Any]
 
 def rollout_config(tmp_path: pathlib.Path | None = None, **overrides: Any):
     """Short budgets, sandboxes labelled with :data:`RUN_ID`."""
-    from coding_agent_rl.rollout.runner import RolloutConfig
+    from coding_agent_rl.rollout.config import RolloutConfig
 
     opts = {"run_id": RUN_ID, **overrides.pop("sandbox_options", {})}
     base = {
