@@ -110,7 +110,7 @@ def _provide(
     origin = image_origin(image)
     ours = origin == "built"
     if origin != "missing" and not rebuild and not (ours and repo_source):
-        report.source = origin if origin != "built" else "used"
+        report.source = origin
         return report
     errors = []
     if pull_missing and not ours:
@@ -132,7 +132,7 @@ def _provide(
             return report
         errors.append(f"cannot build from the repository: {why}")
     if origin != "missing":  # ours, out of date, and no way to rebuild: still usable
-        report.source = "used"
+        report.source, report.detail = "built", "; ".join(errors)
         return report
     report.source = "missing" if not errors else "failed"
     report.detail = "; ".join(errors) or "not in the engine: pass --pull or --repo-source TEMPLATE"

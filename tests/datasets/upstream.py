@@ -154,3 +154,24 @@ def swebench_record(
         ),
         "environment_setup_commit": base,
     }
+
+
+def search_future(fix: str, workdir: str = "/testbed") -> str:
+    """A shell script that looks for the future the way agents do (``log --all``, reflog,
+    ``fsck --lost-found``, ``cat-file`` on a known future hash, packed-refs, FETCH_HEAD, tags,
+    remotes, stash, every object in the store, submodules). It prints ``FOUND <probe>`` for
+    each hit and ``SEARCHED`` at the end; the future hash itself is never printed."""
+    return f"""cd {workdir}
+probe() {{ if eval "$2" 2>/dev/null | grep -q -e {FIX_MARK} -e {fix}; then echo "FOUND $1"; fi; }}
+probe log-all 'git log --all -p --format="%H %s %b"'
+probe reflog 'git reflog --all --format="%H %s"'
+probe lost-found 'git fsck --lost-found --no-reflogs --full; for f in .git/lost-found/*/*; do git cat-file -p "$(basename "$f")"; done'
+probe all-objects 'git cat-file --batch-all-objects --batch-check="%(objectname)" | git cat-file --batch'
+probe refs 'git for-each-ref --format="%(objectname) %(refname) %(contents)"; git tag -l -n9; git branch -a -v'
+probe files 'cat .git/packed-refs .git/FETCH_HEAD .git/ORIG_HEAD .git/logs/HEAD .git/COMMIT_EDITMSG'
+probe stash 'git stash list -p'
+probe remotes 'git remote -v; git ls-remote origin'
+probe submodules 'git submodule foreach --recursive "git log --all -p; git cat-file --batch-all-objects --batch-check=%\\(objectname\\) | git cat-file --batch"'
+if git cat-file -e {fix} 2>/dev/null; then echo "FOUND cat-file-future-hash"; fi
+echo SEARCHED
+"""
