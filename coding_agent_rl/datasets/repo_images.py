@@ -32,7 +32,7 @@ from coding_agent_rl.datasets.repo_source import checkout_at, mirror, source_url
 from coding_agent_rl.datasets.schema import TaskRow
 from coding_agent_rl.sandbox.images import ImageBuildError
 
-BUILDER_VERSION = "1"
+BUILDER_VERSION = "2"
 WHEELS = "/tmp/car-wheels"
 _PATH = f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 

@@ -118,9 +118,6 @@ def checkout_at(
         extra = g.rev_list("--all", "--not", base).split()
         if extra:
             raise RepoSourceError(f"commits after {base} still reachable: {extra[:3]}")
-        # Build by-products of an editable install are not the task's changes.
-        exclude = pathlib.Path(repo.git_dir) / "info" / "exclude"
-        exclude.parent.mkdir(parents=True, exist_ok=True)
-        with exclude.open("a") as f:
-            f.write("*.egg-info/\n__pycache__/\n.pytest_cache/\n")
+    # What the install leaves in the tree (``*.egg-info``) becomes part of the task's base
+    # snapshot (grading/workspace.py), identical in the agent's and the grader's sandbox.
     return base

@@ -34,7 +34,7 @@ from coding_agent_rl.rollout.workspace import prepare_agent_workspace
 from coding_agent_rl.sandbox import create_sandbox
 
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "datasets"))
-from upstream import FIX_MARK, git, make_upstream, search_future  # noqa: E402
+from upstream import FIX_MARK, git, make_upstream, search_future
 
 pytestmark = pytest.mark.docker
 
@@ -145,7 +145,7 @@ async def test_scrub_leaves_nothing_after_the_base(images, style):
 
 
 async def test_failures_name_the_command_the_row_and_the_missing_base(images):
-    image, up = images["swebench"]
+    image, _ = images["swebench"]
     missing = "0123456789abcdef0123456789abcdef01234567"
     row = TaskRow(
         instance_id="scrub-missing-base", image=image, workdir="/testbed",
