@@ -22,6 +22,7 @@ import git
 
 _LOCKS: dict[str, threading.Lock] = {}
 _LOCKS_GUARD = threading.Lock()
+_FRESH: set[str] = set()  # sources cloned or fetched by this process
 _ENV = {  # fixed identity: the clone never commits, but hooks and config must not matter
     "GIT_TERMINAL_PROMPT": "0",
     "GIT_CONFIG_NOSYSTEM": "1",
@@ -70,9 +71,10 @@ def mirror(url: str, *, refresh: bool = True) -> pathlib.Path:
                     r.git.config("uploadpack.allowAnySHA1InWant", "true")
                     r.git.config("remote.origin.fetch", "+refs/*:refs/*")
                 tmp.rename(path)
-            elif refresh:
+            elif refresh and url not in _FRESH:  # once per process: many rows share a source
                 with git.Repo(path) as r:
                     r.git.fetch("--quiet", "--prune", "origin", env=_ENV)
+            _FRESH.add(url)
         except git.GitCommandError as e:
             raise RepoSourceError(f"cannot clone {url}: {_stderr(e)}") from None
     return path
