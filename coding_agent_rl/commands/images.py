@@ -1,7 +1,13 @@
 """``coding-agent-rl images base|build``: build images locally (no registry needed).
 
+``images build --dataset FILE`` provides every row's image: built from the row's Dockerfile
+context, used as is when the engine has it, pulled with ``--pull``, or built from the
+repository's git source with ``--repo-source TEMPLATE`` (see datasets/provision.py). It prints
+one summary line per image and exits 1 when an image is missing or failed.
+
 ``--backend docker`` (the default) builds Docker images; ``--backend local`` builds the root
-filesystems the local (bubblewrap) backend runs, with no container engine at all.
+filesystems the local (bubblewrap) backend runs, with no container engine at all (rows with a
+build context only).
 """
 
 from __future__ import annotations
@@ -25,10 +31,58 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--name", default=None, help="image name (default coding-agent-rl/base:latest)"
     )
     base.add_argument("--backend", choices=BACKENDS, default="docker")
-    build = sub.add_parser("build", help="build the task images a dataset declares")
+    build = sub.add_parser("build", help="provide the images a dataset's rows name")
     build.add_argument("--dataset", required=True, metavar="FILE", help="dataset (jsonl)")
     build.add_argument("--rebuild", action="store_true", help="rebuild even if they exist")
     build.add_argument("--backend", choices=BACKENDS, default="docker")
+    build.add_argument(
+        "--pull", action="store_true", help="pull images the engine lacks from their registry"
+    )
+    build.add_argument(
+        "--repo-source",
+        metavar="TEMPLATE",
+        help="build images the engine lacks from the rows' repositories: a URL or path with "
+        "{repo}, {owner}, {name}, e.g. 'https://github.com/{repo}.git'",
+    )
+    build.add_argument(
+        "--base", default=None, metavar="IMAGE", help="base image for --repo-source builds"
+    )
+    build.add_argument("--concurrency", type=int, default=2, help="images built at once")
+
+
+def _build(args: argparse.Namespace) -> int:
+    from coding_agent_rl.cli import UserError
+    from coding_agent_rl.datasets.provision import provide_images
+    from coding_agent_rl.datasets.schema import DatasetError, load_dataset
+    from coding_agent_rl.sandbox.images import BASE_IMAGE
+
+    if args.concurrency < 1:
+        raise UserError("--concurrency must be at least 1")
+    if args.backend == "local":
+        if args.pull or args.repo_source:
+            raise UserError("--pull and --repo-source need --backend docker")
+        from coding_agent_rl.datasets.images import build_dataset_images
+
+        for name in build_dataset_images(args.dataset, rebuild=args.rebuild, backend="local"):
+            print(name)
+        return 0
+    try:
+        rows = load_dataset(args.dataset)
+    except DatasetError as e:
+        raise UserError(str(e)) from None
+    reports = provide_images(
+        rows,
+        pull_missing=args.pull,
+        repo_source=args.repo_source,
+        rebuild=args.rebuild,
+        concurrency=args.concurrency,
+        base_image=args.base or BASE_IMAGE,
+    )
+    for r in reports:
+        print(r.line())
+    bad = [r for r in reports if not r.ok]
+    print(f"{len(reports) - len(bad)}/{len(reports)} images ready")
+    return 1 if bad else 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,12 +103,7 @@ def run(args: argparse.Namespace) -> int:
                 )
             )
         else:
-            from coding_agent_rl.datasets.images import build_dataset_images
-
-            for name in build_dataset_images(
-                args.dataset, rebuild=args.rebuild, backend=args.backend
-            ):
-                print(name)
+            return _build(args)
     except (ImageBuildError, FileNotFoundError) as e:
         raise UserError(str(e)) from e
     return 0

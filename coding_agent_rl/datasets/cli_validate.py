@@ -23,12 +23,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--instance", action="append", help="only this instance_id (repeatable)")
 
 
+def _leak(r: RowReport) -> str:
+    if r.workspace != "ok":
+        return "-"
+    return f"{len(r.leaks)} found" if r.leaks else "none"
+
+
 def _table(reports: list[RowReport]) -> str:
+    """One line per row: validity, image source, leak check (after the scrub ``run`` does)."""
     width = max([len("instance_id")] + [len(r.instance_id) for r in reports])
-    lines = [f"{'instance_id':<{width}}  {'valid':<5}  {'time':>6}  reason"]
+    head = f"{'instance_id':<{width}}  {'valid':<5}  {'image':<7}  {'leaks':<8}  {'time':>6}"
+    lines = [f"{head}  reason"]
     for r in reports:
         mark = "yes" if r.valid else "NO"
-        lines.append(f"{r.instance_id:<{width}}  {mark:<5}  {r.duration_s:>5.1f}s  {r.reason}")
+        lines.append(
+            f"{r.instance_id:<{width}}  {mark:<5}  {r.image_source or '-':<7}  {_leak(r):<8}  "
+            f"{r.duration_s:>5.1f}s  {r.reason}"
+        )
     bad = sum(not r.valid for r in reports)
     lines.append(f"{len(reports) - bad}/{len(reports)} rows valid")
     return "\n".join(lines)

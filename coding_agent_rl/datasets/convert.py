@@ -6,9 +6,14 @@ Inputs are HF-style exports: ``.jsonl``, ``.json`` (a list, or an object holding
 ``repo``, ``owner``, ``name``, ``image_name``, ``docker_image``, ``task``):
 
 =========  ===================================================================================
-swebench   ``swebench/sweb.eval.x86_64.{id_1776}:latest`` (instance id lower-cased, ``__`` ->
-           ``_1776_``)
-swe-gym    ``xingyaoww/sweb.eval.x86_64.{id_s}:latest`` (``__`` -> ``_s_``, lower-cased)
+swebench     ``swebench/sweb.eval.x86_64.{id_1776}:latest`` (instance id lower-cased, ``__`` ->
+             ``_1776_``); SWE-bench Multimodal too (its ``image_assets`` and the image links
+             of the problem statement are kept as data: ``metadata.image_assets``,
+             ``metadata.problem_images``; nothing is fetched)
+swe-gym      ``xingyaoww/sweb.eval.x86_64.{id_s}:latest`` (``__`` -> ``_s_``, lower-cased)
+swe-rebench  the row's ``image_name`` / ``docker_image``, else
+             ``swerebench/sweb.eval.x86_64.{id_1776}:latest``; its ``install_config`` is kept
+             (test command, log parser, and the install recipe ``images build`` uses)
 swe-smith  ``jyangballin/{image_name}:latest`` with ``__`` -> ``_1776_`` (row ``image_name``)
 r2e-gym    the row's ``docker_image``
 harbor     ``environment/Dockerfile`` built by ``images build`` as ``harbor/{task}:latest``, or
@@ -16,23 +21,24 @@ harbor     ``environment/Dockerfile`` built by ``images build`` as ``harbor/{tas
 =========  ===================================================================================
 
 A row that cannot be expressed is skipped with a reason (e.g. SWE-bench repositories whose test
-ids are not pytest node ids need the ``swebench`` package's log parsers).
+ids are not pytest node ids: the reason names the SWE-bench log parser they need). Rows keep
+``repo`` and ``base_commit``, so ``images build --repo-source`` can build their images.
 """
 
 from __future__ import annotations
 
 import json
 import pathlib
-import re
 from collections.abc import Iterator
 from typing import Any
 
 from coding_agent_rl.datasets.schema import parse_row
 
-SOURCES = ("swebench", "swe-gym", "swe-smith", "r2e-gym", "harbor")
+SOURCES = ("swebench", "swe-gym", "swe-rebench", "swe-smith", "r2e-gym", "harbor")
 DEFAULT_IMAGES = {
     "swebench": "swebench/sweb.eval.x86_64.{id_1776}:latest",
     "swe-gym": "xingyaoww/sweb.eval.x86_64.{id_s}:latest",
+    "swe-rebench": "swerebench/sweb.eval.x86_64.{id_1776}:latest",
     "swe-smith": "jyangballin/{image_name}:latest",
     "r2e-gym": "{docker_image}",
 }
@@ -109,52 +115,6 @@ def pytest_files(ids: list[str]) -> list[str]:
     return list(dict.fromkeys(i.split("::", 1)[0] for i in ids if "::" in i))
 
 
-def _swebench_test_cmd(rec: dict[str, Any], files: list[str]) -> tuple[str, str] | None:
-    """(test_cmd, log_parser) from the swebench package's specs when it is installed."""
-    try:
-        from swebench.harness.constants import MAP_REPO_VERSION_TO_SPECS  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    try:
-        spec = MAP_REPO_VERSION_TO_SPECS[rec["repo"]][str(rec["version"])]
-    except KeyError:
-        return None
-    cmd = spec["test_cmd"]
-    cmd = cmd[-1] if isinstance(cmd, list) else cmd
-    return f"{CONDA}{cmd} {' '.join(files)}", "swebench"
-
-
-def convert_swebench_like(rec: dict[str, Any], source: str, template: str) -> dict[str, Any]:
-    """SWE-bench / SWE-Gym rows: same schema, different images."""
-    f2p, p2p = ids(rec.get("FAIL_TO_PASS")), ids(rec.get("PASS_TO_PASS"))
-    files = pytest_files(f2p + p2p) or [
-        p for p in re.findall(r"^\+\+\+ b/(\S+)", rec.get("test_patch") or "", re.M)
-    ]
-    md: dict[str, Any] = {
-        "instance_id": rec["instance_id"],
-        "repo": rec.get("repo"),
-        "version": rec.get("version"),
-        "image": template.format(**image_fields(rec)),
-        "workdir": "/testbed",
-        "problem_statement": rec.get("problem_statement") or "",
-        "base_commit": rec.get("base_commit"),
-        "patch": rec.get("patch"),
-        "test_patch": rec.get("test_patch"),
-        "fail_to_pass": f2p,
-        "pass_to_pass": p2p,
-    }
-    official = _swebench_test_cmd(rec, files)
-    if official:
-        md["test_cmd"], md["log_parser"] = official
-    elif all("::" in t for t in f2p + p2p):
-        md["test_cmd"] = f"{CONDA}python3 -m pytest -rA -p no:cacheprovider {' '.join(files)}"
-    else:
-        raise ConvertError(
-            "test ids are not pytest node ids; install the swebench package for its parsers"
-        )
-    return md
-
-
 def convert_records(
     source: str, in_path: pathlib.Path, out_dir: pathlib.Path, *, image_template: str | None = None
 ) -> tuple[list[dict[str, Any]], list[str]]:
@@ -162,6 +122,7 @@ def convert_records(
     if source not in SOURCES:
         raise ConvertError(f"unknown source {source!r} (known: {', '.join(SOURCES)})")
     from coding_agent_rl.datasets.convert_gyms import convert_r2e, convert_swe_smith
+    from coding_agent_rl.datasets.convert_swebench import convert_swebench_like
 
     if source == "harbor":
         from coding_agent_rl.datasets.convert_harbor import convert_harbor
@@ -172,8 +133,8 @@ def convert_records(
     for i, rec in enumerate(read_records(in_path)):
         name = rec.get("instance_id") or rec.get("docker_image") or f"record {i}"
         try:
-            if source in ("swebench", "swe-gym"):
-                md = convert_swebench_like(rec, source, template)
+            if source in ("swebench", "swe-gym", "swe-rebench"):
+                md = convert_swebench_like(rec, source, template, explicit=bool(image_template))
             elif source == "swe-smith":
                 md = convert_swe_smith(rec, template)
             else:

@@ -21,6 +21,7 @@ from coding_agent_rl.sandbox.images import ImageBuildError
 
 log = logging.getLogger(__name__)
 HASH_LABEL = "coding-agent-rl.content-hash"
+SOURCE_LABEL = "coding-agent-rl.image-source"  # "dockerfile" | "repo": built by us
 _FROM = re.compile(r"^\s*FROM\s+(?:--\S+\s+)*(\S+)", re.IGNORECASE | re.MULTILINE)
 
 
@@ -56,33 +57,33 @@ def content_hash(spec: BuildSpec, image_id: Callable[[str], str] = _image_id) ->
     return h.hexdigest()[:32]
 
 
-def _label(image: str) -> str | None:
-    fmt = '{{ index .Config.Labels "' + HASH_LABEL + '" }}'
+def _label(image: str, label: str = HASH_LABEL) -> str | None:
+    fmt = '{{ index .Config.Labels "' + label + '" }}'
     r = subprocess.run(
         ["docker", "image", "inspect", "-f", fmt, image], capture_output=True, text=True
     )
     return r.stdout.strip() if r.returncode == 0 else None
 
 
-def build_image(image: str, spec: BuildSpec, *, rebuild: bool = False) -> bool:
-    """Build ``image`` from ``spec`` unless an up-to-date one exists; True when it was built."""
-    digest = content_hash(spec)
+def build_image(
+    image: str,
+    spec: BuildSpec,
+    *,
+    rebuild: bool = False,
+    digest: str | None = None,
+    source: str = "dockerfile",
+) -> bool:
+    """Build ``image`` from ``spec`` unless an up-to-date one exists; True when it was built.
+    ``digest``: the content hash when the caller knows it (default: :func:`content_hash`);
+    ``source``: how the image was made, kept in the :data:`SOURCE_LABEL` label."""
+    digest = digest or content_hash(spec)
     if not rebuild and _label(image) == digest:
         log.info("%s is up to date (%s)", image, digest)
         return False
     log.info("building %s from %s", image, spec.context)
-    cmd = [
-        "docker",
-        "build",
-        "-q",
-        "-f",
-        str(spec.dockerfile),
-        "--label",
-        f"{HASH_LABEL}={digest}",
-        "-t",
-        image,
-        str(spec.context),
-    ]
+    cmd = ["docker", "build", "-q", "-f", str(spec.dockerfile)]
+    cmd += ["--label", f"{HASH_LABEL}={digest}", "--label", f"{SOURCE_LABEL}={source}"]
+    cmd += ["-t", image, str(spec.context)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise ImageBuildError(

@@ -27,6 +27,7 @@ from coding_agent_rl.datasets.fields import (
     str_list,
     test_ids,
 )
+from coding_agent_rl.datasets.log_parsers import needed_parser_hint
 from coding_agent_rl.grading.patchfiles import patch_paths
 
 LOG_PARSERS = ("pytest", "junit", "swebench", "r2e", "swepro")
@@ -76,6 +77,10 @@ class TaskRow:
         if self.fail_to_pass:
             return "tests"
         return "eval_cmd"
+
+
+def _runs_pytest(cmd: str) -> bool:
+    return "pytest" in cmd or "py.test" in cmd
 
 
 def _test_id_file(test_id: str) -> str | None:
@@ -161,6 +166,16 @@ def parse_row(obj: Any, *, base_dir: pathlib.Path, source: str = "") -> TaskRow:
             )
     if f2p and not test_cmd and log_parser not in ("swepro",) and not test_files:
         raise ValueError("fail_to_pass given but no test_cmd and no test files to run")
+    if (
+        not md.get("log_parser")
+        and test_cmd
+        and not _runs_pytest(str(test_cmd))
+        and any("::" not in t for t in f2p + p2p)
+    ):
+        raise ValueError(
+            f"test_cmd {str(test_cmd)[:60]!r} is not pytest and its test ids are not pytest node "
+            f"ids: {needed_parser_hint(md.get('repo'))}"
+        )
     if log_parser == "swebench" and not md.get("repo"):
         raise ValueError("log_parser 'swebench' needs metadata.repo (e.g. 'django/django')")
 

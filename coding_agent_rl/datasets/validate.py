@@ -6,8 +6,15 @@
   path (the grader would drop that part);
 - both hold on every one of ``runs`` repetitions (a flaky test shows up as a disagreement).
 
+Before grading, each row goes through exactly the workspace preparation ``run`` gives an agent
+(:func:`~coding_agent_rl.rollout.workspace.prepare_agent_workspace`: pre_commands, snapshot,
+hidden paths, git scrub) in an agent-style sandbox, then the leak check
+(:func:`~coding_agent_rl.grading.leaks.find_future`): no commit after the base reachable. A row
+whose preparation fails, or whose fix leaks, is invalid. The report also says where the image
+came from (``built`` / ``pulled`` / ``used``; ``missing`` makes the row invalid).
+
 Rows without a ``patch`` but with a Harbor ``solution/solve.sh`` get their gold diff by running
-the script in an agent-style sandbox and capturing the diff, exactly as an agent's would be.
+the script in that same agent-style sandbox and capturing the diff, exactly as an agent's would be.
 """
 
 from __future__ import annotations
@@ -32,6 +39,9 @@ class RowReport:
     noop: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     gold: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     duration_s: float = 0.0
+    image_source: str = ""  # built | pulled | used | missing ("" where the backend cannot tell)
+    workspace: str = ""  # "ok", or why the agent-side preparation failed
+    leaks: list[str] = dataclasses.field(default_factory=list)  # what the agent could see
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -65,26 +75,48 @@ def _check_gold(r: GradeResult) -> str | None:
     return None
 
 
-async def gold_diff(
+@dataclasses.dataclass
+class AgentSide:
+    """The agent-side preparation of a row, as ``run`` does it."""
+
+    base: str
+    leaks: list[str]
+    solution_diff: str | None  # what Harbor's solve.sh changed (rows without a patch)
+
+
+async def agent_side(
     row: TaskRow, *, backend: str, sandbox_options: dict[str, Any] | None
-) -> str | None:
-    """The row's gold patch, or the diff its Harbor ``solution/solve.sh`` produces."""
-    if row.patch:
-        return row.patch
-    script = row.metadata.get("solution_script")
-    if not script:
-        return None
+) -> AgentSide:
+    """Prepare an agent sandbox exactly as ``run`` does, check it for leaks of the future, and
+    (for rows without a patch) run Harbor's ``solution/solve.sh`` and capture its diff."""
     from coding_agent_rl.grading.diff import capture_diff
     from coding_agent_rl.grading.grade import sandbox_options_for
-    from coding_agent_rl.grading.workspace import prepare_workspace, q, run_checked
+    from coding_agent_rl.grading.leaks import find_future
+    from coding_agent_rl.grading.workspace import q, run_checked
+    from coding_agent_rl.rollout.workspace import prepare_agent_workspace
     from coding_agent_rl.sandbox import create_sandbox
 
     opts = sandbox_options_for(backend, sandbox_options)
     async with create_sandbox(backend, image=row.image, **opts) as sb:
-        base = await prepare_workspace(sb, row, agent=True)
-        await sb.write_file("/tmp/car-solve.sh", script, mode=0o755)
-        await run_checked(sb, f"cd {q(row.workdir)} && bash /tmp/car-solve.sh", "solution/solve.sh")
-        return (await capture_diff(sb, row.workdir, base_commit=base)).text
+        base = await prepare_agent_workspace(sb, row)
+        leaks = await find_future(sb, row.workdir)
+        script = None if row.patch else row.metadata.get("solution_script")
+        diff = None
+        if script:
+            await sb.write_file("/tmp/car-solve.sh", script, mode=0o755)
+            await run_checked(
+                sb, f"cd {q(row.workdir)} && bash /tmp/car-solve.sh", "solution/solve.sh"
+            )
+            diff = (await capture_diff(sb, row.workdir, base_commit=base)).text
+        return AgentSide(base, leaks, diff)
+
+
+def _origin(row: TaskRow, backend: str) -> str:
+    if backend != "docker":
+        return ""
+    from coding_agent_rl.datasets.provision import image_origin
+
+    return image_origin(row.image)
 
 
 async def validate_row(
@@ -98,13 +130,25 @@ async def validate_row(
     """Validate one row; the report names the first problem found."""
     t0 = time.monotonic()
     report = RowReport(instance_id=row.instance_id)
+    report.image_source = await asyncio.to_thread(_origin, row, backend)
+    if report.image_source == "missing":
+        report.reason = (
+            f"image {row.image} not found: provide it with coding-agent-rl images build "
+            "--dataset FILE --pull (or --repo-source TEMPLATE)"
+        )
+        return report
     try:
-        gold = await gold_diff(row, backend=backend, sandbox_options=sandbox_options)
+        side = await agent_side(row, backend=backend, sandbox_options=sandbox_options)
     except Exception as e:
-        report.reason = f"could not produce the gold diff: {type(e).__name__}: {e}"
+        report.workspace = f"{type(e).__name__}: {e}"
+        report.reason = f"agent workspace preparation (as run does it) failed: {e}"
         report.duration_s = round(time.monotonic() - t0, 2)
         return report
+    report.workspace, report.leaks = "ok", side.leaks
+    gold = row.patch or side.solution_diff
     problems: list[str] = []
+    if side.leaks:
+        problems.append(f"the future is reachable after the scrub: {side.leaks[0]}")
     if not gold:
         problems.append("no gold patch (metadata.patch) to validate against")
     else:

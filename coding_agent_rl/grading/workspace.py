@@ -46,13 +46,21 @@ class WorkspaceError(RuntimeError):
 async def run_checked(
     sb: Sandbox, script: str, what: str, *, timeout: float = 300, env: dict[str, str] | None = None
 ) -> ExecResult:
-    """Run a root bash script; a non-zero exit raises :class:`WorkspaceError` naming ``what``."""
-    r = await sb.exec(f"set -euo pipefail\n{script}", timeout=timeout, env=env)
+    """Run a root bash script; a non-zero exit raises :class:`WorkspaceError` naming ``what``,
+    the command that failed and its stderr (stdout only when there is no stderr)."""
+    r = await sb.exec(f"{STRICT}{script}", timeout=timeout, env=env)
     if not r.ok:
-        tail = (r.stderr.strip() or r.stdout.strip())[-800:]
+        tail = (r.stderr.strip() or r.stdout.strip())[-1200:]
         why = "timed out" if r.timed_out else f"exit {r.exit_code}"
         raise WorkspaceError(f"{what} failed ({why}): {tail}")
     return r
+
+
+# Strict mode, and the command that killed the script on stderr (set -e alone exits silently).
+STRICT = (
+    "set -Eeuo pipefail\n"
+    "trap 'car_rc=$?; echo \"command failed (exit $car_rc): $BASH_COMMAND\" >&2' ERR\n"
+)
 
 
 def _heredoc(text: str) -> str:
@@ -75,9 +83,16 @@ def prepare_script(row: TaskRow) -> str:
         )
     if row.base_commit:
         want = q(row.base_commit + "^{commit}")
+        missing = q(
+            f"base_commit {row.base_commit} of row {row.instance_id} is not in the repository "
+            f"at {row.workdir} in image {row.image}: build the image from the repository at "
+            "that commit (coding-agent-rl images build --dataset FILE --repo-source TEMPLATE)"
+        )
         parts.append(
-            f"want=$({GIT} rev-parse --verify {want}); "
-            f'[ "$({GIT} rev-parse HEAD)" = "$want" ] || {GIT} checkout -q -f "$want"'
+            f"if ! want=$({GIT} rev-parse -q --verify {want} 2>/dev/null); then "
+            f"echo {missing} >&2; exit 3; fi\n"
+            f'[ "$({GIT} rev-parse -q --verify HEAD || true)" = "$want" ] '
+            f'|| {GIT} checkout -q -f "$want"'
         )
     parts.append(f"""if ! {GIT} rev-parse --git-dir >/dev/null 2>&1; then
   {GIT} init -q . && {GIT} add -A && {GIT} commit -q --allow-empty --no-verify -m "task base"

@@ -26,11 +26,11 @@ from typing import Any
 from coding_agent_rl.grading.diff import DiffCaptureError, capture_diff
 from coding_agent_rl.grading.grade import grade
 from coding_agent_rl.grading.prepared import GradingSandbox
-from coding_agent_rl.grading.workspace import prepare_workspace
 from coding_agent_rl.harness import HarnessContext
 from coding_agent_rl.rollout.config import LOCAL_BACKENDS, RolloutConfig, RolloutOutcome
-from coding_agent_rl.rollout.prompt import PROBLEM_FILE, render_prompt
+from coding_agent_rl.rollout.prompt import render_prompt
 from coding_agent_rl.rollout.timing import Timings
+from coding_agent_rl.rollout.workspace import prepare_agent_workspace
 from coding_agent_rl.sandbox import SandboxError, create_sandbox
 from coding_agent_rl.trajectory import build_samples
 from coding_agent_rl.types import Sample, Status, aborted_sample
@@ -345,12 +345,7 @@ class RolloutRunner:
     async def _prepare_repo(self, sb: Any, row: Any) -> str:
         """Run the row's set-up, hide the future from git; returns the base commit id."""
         try:
-            return await prepare_workspace(
-                sb,
-                row,
-                agent=True,
-                files={f"{row.workdir}/{PROBLEM_FILE}": row.problem_statement},
-            )
+            return await prepare_agent_workspace(sb, row)
         except SandboxError:
             raise
         except Exception as e:  # the task's own set-up failed: not the model's doing

@@ -67,7 +67,11 @@ def build_hint(image: str) -> str:
     """The command that builds ``image``."""
     if image.split(":")[0] == "coding-agent-rl/base":
         return "coding-agent-rl images base"
-    return "coding-agent-rl images build --dataset FILE"
+    # A converted row's image: pulled from its registry or built from its repository.
+    return (
+        "coding-agent-rl images build --dataset FILE (with --pull to pull it, or "
+        "--repo-source TEMPLATE to build it from the row's repository)"
+    )
 
 
 def _transient(e: BaseException) -> bool:

@@ -45,7 +45,8 @@ def test_swebench_jsonl(tmp_path, swebench_records, capsys):
     assert run_cli("--from", "swebench", str(src), str(out)) == 0
     captured = capsys.readouterr()
     assert "wrote 1 rows" in captured.out
-    assert "django__django-11099" in captured.err and "swebench package" in captured.err
+    assert "django__django-11099: test ids are not pytest node ids" in captured.err
+    assert "needs SWE-bench's log parser parse_log_django: pip install swebench" in captured.err
     (row,) = load_dataset(out)
     assert row.image == "swebench/sweb.eval.x86_64.astropy_1776_astropy-12907:latest"
     assert row.workdir == "/testbed" and row.base_commit.startswith("d16bfe05")

@@ -1,0 +1,176 @@
+"""How a repository's Python environment is installed in its image: an isolated venv at
+``/opt/venv`` (never the system site-packages: Debian's own ``more_itertools`` or ``tomli``
+would shadow the repository under test) with pytest and the repository in development mode.
+
+Where the recipe comes from, first match wins:
+
+1. the row's ``install_config`` (SWE-rebench ships one per row);
+2. the ``swebench`` package's per-repository specs (``MAP_REPO_VERSION_TO_SPECS``), when it is
+   installed (``pip install swebench``);
+3. a generic recipe: ``requirements*.txt`` at the top of the repository, then
+   ``pip install -e .[test]`` (the ``test`` / ``tests`` / ``testing`` extra when pyproject
+   declares one) for a repository with ``pyproject.toml`` / ``setup.py`` / ``setup.cfg``.
+
+Builds have no network inside: every wheel is downloaded on the host (``pip download`` for the
+image's Python and platform) and installed with ``--no-index``. ``pre_install`` (apt) steps and a
+conda ``environment.yml`` cannot run offline: they are noted, not run; the environment uses the
+image's Python, whatever version a spec asks for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import shlex
+from typing import Any
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+VENV = "/opt/venv"
+ALWAYS = ("pip", "setuptools", "wheel", "pytest")
+REQUIREMENT_FILES = (
+    "requirements.txt",
+    "requirements-dev.txt",
+    "requirements-test.txt",
+    "requirements_test.txt",
+    "test-requirements.txt",
+    "dev-requirements.txt",
+)
+TEST_EXTRAS = ("test", "tests", "testing")
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """What to download on the host and run in the image (in the workdir, venv first on PATH)."""
+
+    source: str  # "install_config" | "swebench" | "generic"
+    packages: tuple[str, ...] = ()  # pip requirement strings, besides ALWAYS
+    requirement_files: tuple[str, ...] = ()  # repository-relative
+    install: str = ""  # shell command; empty: the repository is not installed
+    extras: tuple[str, ...] = ()  # of the repository itself, for the wheel download
+    notes: tuple[str, ...] = ()
+
+    def key(self) -> dict[str, Any]:
+        """What the image's content hash covers."""
+        return dataclasses.asdict(self)
+
+
+def swebench_spec(repo: str | None, version: Any) -> dict[str, Any] | None:
+    """The swebench package's spec for ``repo`` at ``version``, when the package has one."""
+    if not repo or version is None:
+        return None
+    try:
+        from swebench.harness.constants import (  # type: ignore[import-not-found]
+            MAP_REPO_VERSION_TO_SPECS,
+        )
+    except ImportError:
+        return None
+    spec = MAP_REPO_VERSION_TO_SPECS.get(repo, {}).get(str(version))
+    return dict(spec) if isinstance(spec, dict) else None
+
+
+def declared_spec(metadata: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """(source, spec) the row itself or the swebench package provides, else None."""
+    config = metadata.get("install_config")
+    if isinstance(config, dict) and config:
+        return "install_config", config
+    spec = swebench_spec(metadata.get("repo"), metadata.get("version"))
+    return ("swebench", spec) if spec else None
+
+
+def _as_list(value: Any) -> list[str]:
+    if not value:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return [str(v) for v in value]
+
+
+def _extras_of(install: str) -> tuple[str, ...]:
+    for word in shlex.split(install):
+        if word.startswith(".[") and word.endswith("]"):
+            return tuple(e.strip() for e in word[2:-1].split(",") if e.strip())
+    return ()
+
+
+def from_spec(source: str, spec: dict[str, Any], repo_dir: pathlib.Path) -> Recipe:
+    """A recipe from a SWE-bench-style spec (``install``, ``pip_packages``, ``packages``,
+    ``reqs_path``, ``pre_install``, ``python``)."""
+    notes = []
+    packages = _as_list(spec.get("pip_packages"))
+    files = [f for f in _as_list(spec.get("reqs_path")) if (repo_dir / f).is_file()]
+    listed = spec.get("packages")
+    if listed == "requirements.txt":
+        files = files or [f for f in REQUIREMENT_FILES[:1] if (repo_dir / f).is_file()]
+    elif listed == "environment.yml":
+        notes.append("conda environment.yml not supported: used pip requirements only")
+    elif isinstance(listed, str) and listed.strip():
+        packages += listed.split()
+    for step in _as_list(spec.get("pre_install")):
+        notes.append(f"pre_install not run (no network in builds): {step}")
+    if spec.get("python"):
+        notes.append(f"spec asks for Python {spec['python']}; the image's Python is used")
+    install = str(spec.get("install") or "")
+    return Recipe(
+        source=source,
+        packages=tuple(packages),
+        requirement_files=tuple(files),
+        install=install,
+        extras=_extras_of(install),
+        notes=tuple(notes),
+    )
+
+
+def generic(repo_dir: pathlib.Path) -> Recipe:
+    """requirements files, then the repository in development mode with its test extra."""
+    files = tuple(f for f in REQUIREMENT_FILES if (repo_dir / f).is_file())
+    installable = any((repo_dir / f).is_file() for f in ("pyproject.toml", "setup.py", "setup.cfg"))
+    if not installable:
+        return Recipe("generic", requirement_files=files, notes=("no setup file: not installed",))
+    extras: tuple[str, ...] = ()
+    pyproject = repo_dir / "pyproject.toml"
+    if pyproject.is_file():
+        try:
+            declared = tomllib.loads(pyproject.read_text()).get("project", {})
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+            declared = {}
+        optional = declared.get("optional-dependencies") or {}
+        extras = tuple(e for e in TEST_EXTRAS if e in optional)[:1]
+    target = f".[{','.join(extras)}]" if extras else "."
+    return Recipe(
+        "generic",
+        requirement_files=files,
+        install=f"python -m pip install -e {shlex.quote(target)}",
+        extras=extras,
+    )
+
+
+def recipe_for(metadata: dict[str, Any], repo_dir: pathlib.Path) -> Recipe:
+    """The recipe for a row (its metadata) whose repository is checked out at ``repo_dir``."""
+    declared = declared_spec(metadata)
+    if declared:
+        return from_spec(*declared, repo_dir)
+    return generic(repo_dir)
+
+
+def install_script(recipe: Recipe, workdir: str, wheels: str) -> str:
+    """The bash script run in the image build: venv, pip from its wheel, packages, repository.
+    Run it with ``PIP_NO_INDEX=1 PIP_FIND_LINKS=<wheels>``."""
+    q = shlex.quote
+    lines = [
+        "set -euxo pipefail",
+        f"python3 -m venv --without-pip {VENV}",
+        f"pip_wheel=$(ls {q(wheels)}/pip-*.whl | sort -V | tail -n 1)",
+        f'{VENV}/bin/python "$pip_wheel/pip" install -q pip',
+        f"export PATH={VENV}/bin:$PATH VIRTUAL_ENV={VENV}",
+        "python -m pip install -q " + " ".join(q(p) for p in (*ALWAYS[1:], *recipe.packages)),
+        f"cd {q(workdir)}",
+    ]
+    lines += [f"python -m pip install -q -r {q(f)}" for f in recipe.requirement_files]
+    if recipe.install:
+        lines.append(recipe.install)
+    lines.append(f'python -c "import pytest" && cd {q(workdir)} && git status --short')
+    return "\n".join(lines) + "\n"
