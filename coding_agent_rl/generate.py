@@ -172,6 +172,8 @@ def post_process_rewards(args: Any, samples: Sequence[Any]) -> tuple[list[float]
     raw: list[float] = []
     for s in samples:
         value = reward_value(s, key)
+        if isinstance(value, dict):
+            raise ValueError(f"sample {s.index}: a dict reward needs args.reward_key")
         if value is None and not is_dropped(s):
             raise ValueError(f"sample {s.index} (rollout {s.rollout_id}) has no reward")
         raw.append(0.0 if value is None else float(value))

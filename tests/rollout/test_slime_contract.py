@@ -213,6 +213,8 @@ def test_post_process_rewards_without_normalisation_and_bad_input():
         s.metadata.pop("rollout_reward")
     raw, rewards = gen.post_process_rewards(slime_args(reward_key="acc"), named)
     assert (raw, rewards) == ([1.0, 0.0], [0.5, -0.5])
+    with pytest.raises(ValueError, match=r"needs args\.reward_key"):
+        gen.post_process_rewards(slime_args(), named)
     with pytest.raises(TypeError, match="flattened"):
         gen.post_process_rewards(slime_args(), [samples])
     unscored = rollout(0, 3, 0.0, 1)
