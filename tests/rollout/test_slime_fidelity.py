@@ -309,7 +309,7 @@ async def test_slime_abort_ends_every_rollout_promptly(slime_world, monkeypatch,
     gone = asyncio.ensure_future(until_no_sandbox(default_run_id()))
     if variant == "drain-defence-off":
         with pytest.raises(asyncio.TimeoutError):
-            await asyncio.wait_for(slime.abort(args, state, [url]), 15)
+            await asyncio.wait_for(slime.abort(args, state, [url]), 10)
         assert containers(default_run_id()) and not gone.done()
         for task in state.pendings:  # clean up: our cancellation path
             task.cancel()
