@@ -1,26 +1,60 @@
 """slime entry points.
 
-``--custom-generate-function-path coding_agent_rl.generate.generate`` and
-``--custom-rm-path coding_agent_rl.generate.reward``.
+``--custom-generate-function-path coding_agent_rl.generate.generate``,
+``--custom-rm-path coding_agent_rl.generate.reward`` and
+``--custom-reward-post-process-path coding_agent_rl.generate.post_process_rewards``.
 
 Once per process (on the first call): the tokenizer from ``args.hf_checkpoint``, the adapter in a
 background thread (``ADAPTER_PORT``, else ephemeral), SGLang at ``args.sglang_router_ip/port``.
-Environment: ``SWE_AGENT`` (claude_code | codex | ...), ``CODING_AGENT_RL_SANDBOX`` (docker |
-e2b | local), ``SWE_AGENT_TIME_BUDGET_SEC``, ``SWE_EVAL_TIMEOUT_SEC``, ``SWE_ROLLOUT_DEADLINE_SEC``,
-``CODING_AGENT_RL_REWARD_MODE`` (full | split), ``SWE_CC_PROMPT``; ``SWE_BOOT_CONCURRENCY`` and
-``ADAPTER_PUBLIC_HOST`` / ``ADAPTER_BIND_HOST`` are read by the sandbox and harness layers.
+Read from ``args``: ``rollout_max_context_len`` (prompt + response per sample and per turn),
+``rollout_max_response_len`` (response tokens per sample: a longer one is cut and TRUNCATED),
+``sglang_tool_call_parser``, ``sglang_reasoning_parser``. Environment: ``SWE_AGENT``
+(claude_code | codex | ...), ``CODING_AGENT_RL_SANDBOX`` (docker | e2b | local),
+``SWE_AGENT_TIME_BUDGET_SEC``, ``SWE_EVAL_TIMEOUT_SEC``, ``SWE_ROLLOUT_DEADLINE_SEC``,
+``CODING_AGENT_RL_REWARD_MODE`` (full | split), ``SWE_CC_PROMPT``, ``CODING_AGENT_RL_OUT_DIR``;
+``SWE_BOOT_CONCURRENCY`` and ``ADAPTER_PUBLIC_HOST`` / ``ADAPTER_BIND_HOST`` are read by the
+sandbox and harness layers.
+
+What :func:`generate` returns: objects of the caller's sample class (slime's ``Sample``) whose
+``status`` is a member of that class's ``Status`` (slime compares members; see
+:mod:`coding_agent_rl.types`), siblings of one rollout sharing its ``rollout_id``, and
+``metadata["rollout_record"]``: the rollout's record (F2P/P2P counts, timings, failure kind and
+reason, tampering evidence when grading reports it), the same line ``run`` writes to
+results.jsonl. The caller's ``session_id`` (slime sets a uuid per sample) is the routing key of
+every policy request of the rollout.
+
+Aborts: when the trainer aborts its engines (slime, at the end of a rollout step), in-flight
+policy requests come back ``abort``; the adapter refuses the session's further requests, the CLI
+is stopped, the sandboxes are destroyed and the rollout returns one ABORTED placeholder with
+``remove_sample=True`` (slime's ``generate_and_rm`` then skips the reward model). A cancelled
+``generate`` (slime's default abort cancels pending tasks) destroys its sandboxes before the
+cancellation completes.
+
+Artifacts: with ``CODING_AGENT_RL_OUT_DIR`` set, the same files as ``run`` (results.jsonl
+appended per rollout, metrics.prom, and per rollout the diff, the agent's log and the test log);
+samples go to the trainer, not to disk. Off by default, as slime's own rollout dumps
+(``--save-debug-rollout-data``) are: a training run has no output folder of ours to assume, its
+artifacts grow with every step, and the record is in each sample's metadata either way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import pathlib
+from collections.abc import Sequence
 from typing import Any
 
-from coding_agent_rl.types import Sample, aborted_sample
+from coding_agent_rl.types import aborted_sample, from_caller, to_caller
 
 _runtime: Any = None
 _runtime_lock: asyncio.Lock | None = None
+_writer: Any = None  # RunWriter of CODING_AGENT_RL_OUT_DIR, once the runtime started
+
+# slime's --advantage-estimator values whose rewards it group-normalises, and those of them it
+# also divides by the group's standard deviation (with --grpo-std-normalization).
+NORMALIZED_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline", "rloo")
+STD_ESTIMATORS = ("grpo", "gspo", "cispo")
 
 
 def _env_float(name: str, default: float) -> float:
@@ -35,6 +69,7 @@ def runtime_config_from_args(args: Any) -> Any:
 
     host = getattr(args, "sglang_router_ip", None) or "127.0.0.1"
     port = getattr(args, "sglang_router_port", None)
+    out_dir = os.environ.get("CODING_AGENT_RL_OUT_DIR")
     rollout = RolloutConfig(
         backend=os.environ.get("CODING_AGENT_RL_SANDBOX", "docker"),
         agent_budget_s=_env_float("SWE_AGENT_TIME_BUDGET_SEC", 1800.0),
@@ -42,7 +77,9 @@ def runtime_config_from_args(args: Any) -> Any:
         deadline_s=_env_float("SWE_ROLLOUT_DEADLINE_SEC", 0.0) or None,
         reward_mode=os.environ.get("CODING_AGENT_RL_REWARD_MODE", "full"),
         max_context=getattr(args, "rollout_max_context_len", None),
+        max_response=getattr(args, "rollout_max_response_len", None),
         model_name=os.environ.get("CODING_AGENT_RL_MODEL_NAME", "policy"),
+        out_dir=pathlib.Path(out_dir) if out_dir else None,
     )
     return RuntimeConfig(
         agent=os.environ.get("SWE_AGENT", "claude_code"),
@@ -56,42 +93,98 @@ def runtime_config_from_args(args: Any) -> Any:
 
 
 async def _get_runtime(args: Any) -> Any:
-    global _runtime, _runtime_lock
+    global _runtime, _runtime_lock, _writer
     if _runtime is None:
         if _runtime_lock is None:
             _runtime_lock = asyncio.Lock()
         async with _runtime_lock:
             if _runtime is None:
+                from coding_agent_rl.rollout.outputs import RunWriter
                 from coding_agent_rl.rollout.runtime import Runtime
 
-                _runtime = await Runtime(runtime_config_from_args(args)).start()
+                config = runtime_config_from_args(args)
+                out = config.rollout.out_dir
+                _writer = RunWriter(out, append=True, samples=False) if out else None
+                _runtime = await Runtime(config).start()
     return _runtime
 
 
 async def generate(
-    args: Any, sample: Sample, sampling_params: dict[str, Any], evaluation: bool = False
-) -> list[Sample]:
-    """One rollout of ``sample`` (a dataset row). Never raises for a per-sample failure: it
-    returns one aborted placeholder (``remove_sample=True``, ``metadata.abort_reason``)."""
+    args: Any, sample: Any, sampling_params: dict[str, Any], evaluation: bool = False
+) -> list[Any]:
+    """One rollout of ``sample`` (a dataset row), as objects of ``sample``'s class. Never raises
+    for a per-sample failure: it returns one aborted placeholder (``remove_sample=True``,
+    ``metadata.abort_reason``). ``sample`` itself is left unchanged."""
     from coding_agent_rl.datasets.schema import DatasetError, row_from_sample
 
-    if sample.rollout_id is None:
-        sample.rollout_id = sample.index
+    base = from_caller(sample)
+    if base.rollout_id is None:
+        base.rollout_id = base.index
     try:
-        row = row_from_sample(sample)
+        row = row_from_sample(base)
     except DatasetError as e:
-        return [aborted_sample(sample, f"task data: {e}", "data")]
+        return [to_caller(aborted_sample(base, f"task data: {e}", "data"), sample)]
     try:
         runtime = await _get_runtime(args)
     except Exception as e:  # no adapter / tokenizer: nothing can run, but the batch goes on
-        return [aborted_sample(sample, f"runtime start failed: {type(e).__name__}: {e}", "infra")]
+        reason = f"runtime start failed: {type(e).__name__}: {e}"
+        return [to_caller(aborted_sample(base, reason, "infra"), sample)]
     outcome = await runtime.runner.run(
-        row, sample, sampling_params=sampling_params, evaluation=evaluation
+        row, base, sampling_params=sampling_params, evaluation=evaluation
     )
-    return outcome.samples
+    record = outcome.record
+    record["agent"] = runtime.config.agent
+    if _writer is not None:
+        _writer.add([], record)
+    out = []
+    for s in outcome.samples:
+        s.metadata["rollout_record"] = dict(record)
+        out.append(to_caller(s, sample))
+    return out
 
 
-async def reward(args: Any, sample: Sample) -> float:
+async def reward(args: Any, sample: Any) -> float:
     """``--custom-rm-path``: the reward graded during ``generate`` (undivided per rollout)."""
     stored = sample.metadata.get("rollout_reward", sample.reward)
     return float(stored) if isinstance(stored, (int, float)) else 0.0
+
+
+def post_process_rewards(args: Any, samples: Sequence[Any]) -> tuple[list[float], list[float]]:
+    """``--custom-reward-post-process-path``: ``(raw_rewards, rewards)`` for slime's flattened
+    sample list, one value per sample, in order.
+
+    Groups by ``group_index``, rollouts by ``rollout_id``; each rollout counts once with its
+    undivided reward (``metadata.rollout_reward``). For ``args.advantage_estimator`` in
+    :data:`NORMALIZED_ESTIMATORS` with ``args.rewards_normalization``: the group mean over
+    rollouts is subtracted, and for :data:`STD_ESTIMATORS` with ``args.grpo_std_normalization``
+    the result is divided by the group's standard deviation over rollouts + 1e-6 (``rloo``
+    scales by n / (n - 1), as slime does). Every sibling gets its rollout's value (reward mode
+    ``full``) or value / K (``split``). Aborted / removed rollouts are left out of the group
+    statistics (value 0). Otherwise ``rewards`` are the raw rewards, as slime's default.
+    ``raw_rewards`` are the samples' own rewards (``reward``, or ``reward[args.reward_key]``).
+    """
+    from coding_agent_rl.trajectory.reward import is_dropped, normalized_rewards, reward_value
+
+    samples = list(samples)
+    if any(isinstance(s, list) for s in samples):
+        raise TypeError("post_process_rewards takes slime's flattened list of samples")
+    key = getattr(args, "reward_key", None)
+    raw: list[float] = []
+    for s in samples:
+        value = reward_value(s, key)
+        if isinstance(value, dict):
+            raise ValueError(f"sample {s.index}: a dict reward needs args.reward_key")
+        if value is None and not is_dropped(s):
+            raise ValueError(f"sample {s.index} (rollout {s.rollout_id}) has no reward")
+        raw.append(0.0 if value is None else float(value))
+    estimator = getattr(args, "advantage_estimator", None)
+    if estimator not in NORMALIZED_ESTIMATORS or not getattr(args, "rewards_normalization", False):
+        return raw, list(raw)
+    rewards = normalized_rewards(
+        samples,
+        scale=estimator in STD_ESTIMATORS and bool(getattr(args, "grpo_std_normalization", False)),
+        rloo=estimator == "rloo",
+        split_by_mode=True,
+        reward_key=key,
+    )
+    return raw, rewards

@@ -1,4 +1,12 @@
-"""The training sample, field-compatible with slime's ``Sample``.
+"""The training sample, field-compatible with slime's ``Sample``, and the conversions to and
+from the caller's own sample class.
+
+slime compares enum *members* (``sample.status == Sample.Status.ABORTED``): a member of another
+enum class, even one with the same values, compares unequal. So everything handed back to a
+caller is an object of the caller's class whose ``status`` is a member of that class's
+``Status`` (:func:`to_caller`); inside this package samples are always our :class:`Sample`
+(:func:`from_caller`). ``Sample.Status`` is our :class:`Status`, so our own class is handled the
+same way.
 
 Invariants (checked by :meth:`Sample.check`):
 
@@ -48,6 +56,8 @@ class Sample:
     weight_versions: list[str] = dataclasses.field(default_factory=list)
     non_generation_time: float = 0.0
 
+    Status = Status  # slime's shape: ``type(sample).Status.ABORTED`` (not a field)
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["status"] = self.status.value
@@ -81,10 +91,11 @@ class Sample:
                 raise ValueError("masked token carries a non-zero log prob")
 
 
-def aborted_sample(
-    base: Sample, reason: str, failure_kind: str = "infra", **metadata: Any
-) -> Sample:
-    """The placeholder slime drops from training: one masked token, ``remove_sample=True``."""
+def aborted_sample(base: Any, reason: str, failure_kind: str = "infra", **metadata: Any) -> Any:
+    """The placeholder slime drops from training: one masked token, ``remove_sample=True``,
+    status ABORTED; an object of ``base``'s class (ours or the caller's)."""
+    if type(base) is not Sample:
+        return to_caller(aborted_sample(from_caller(base), reason, failure_kind, **metadata), base)
     meta = dict(base.metadata)
     meta.update(metadata, abort_reason=reason, failure_kind=failure_kind)
     return dataclasses.replace(
@@ -100,3 +111,67 @@ def aborted_sample(
         status=Status.ABORTED,
         metadata=meta,
     )
+
+
+# ---- the caller's sample class ------------------------------------------------------------------
+
+_NEEDED = ("pending", "completed", "truncated", "aborted")
+_FIELDS = tuple(f.name for f in dataclasses.fields(Sample))
+
+
+def status_enum(cls: type) -> type[enum.Enum]:
+    """The enum whose members samples of class ``cls`` must carry: ``cls.Status`` (slime nests a
+    plain ``Enum`` there), else our :class:`Status`. Raises ``TypeError`` when ``cls.Status``
+    lacks one of the values this package returns."""
+    candidate = getattr(cls, "Status", None)
+    if not (isinstance(candidate, type) and issubclass(candidate, enum.Enum)):
+        return Status
+    values = {m.value for m in candidate}
+    missing = [v for v in _NEEDED if v not in values]
+    if missing:
+        raise TypeError(f"{cls.__qualname__}.Status has no member with the value(s) {missing}")
+    return candidate
+
+
+def as_status(status: Any, enum_cls: type[enum.Enum]) -> enum.Enum:
+    """``status`` (a member of any Status enum, or its string value) as a member of ``enum_cls``."""
+    value = status.value if isinstance(status, enum.Enum) else status
+    return enum_cls(value)
+
+
+def from_caller(sample: Any) -> Sample:
+    """Our :class:`Sample` with the caller's values (by field name; status by value). Lists and
+    ``metadata`` are copied: nothing done here changes the caller's object."""
+    values = {name: getattr(sample, name) for name in _FIELDS if hasattr(sample, name)}
+    values["status"] = as_status(values.get("status", Status.PENDING), Status)
+    values["metadata"] = dict(values.get("metadata") or {})
+    values["weight_versions"] = list(values.get("weight_versions") or [])
+    values["tokens"] = list(values.get("tokens") or [])
+    return Sample(**values)
+
+
+def _reward_value(reward: Any) -> Any:
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)):
+        return reward  # None, or a dict of named rewards: the caller's reward model decides
+    return float(reward)
+
+
+def to_caller(sample: Sample, template: Any) -> Any:
+    """``sample`` as an object of ``template``'s class: our fields set by name, ``status`` a member
+    of that class's ``Status``, ``remove_sample`` a ``bool``, a numeric ``reward`` a ``float``.
+    Fields only the caller's class has (e.g. slime's ``multimodal_train_inputs``,
+    ``train_metadata``) keep the template's values; our fields its class lacks are set as
+    attributes (slime's own ``Sample.from_dict`` does the same with unknown keys)."""
+    cls = type(template)
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"the sample class {cls.__qualname__} is not a dataclass")
+    values = {name: getattr(sample, name) for name in _FIELDS}
+    values["status"] = as_status(sample.status, status_enum(cls))
+    values["remove_sample"] = bool(sample.remove_sample)
+    values["reward"] = _reward_value(sample.reward)
+    init = {f.name for f in dataclasses.fields(cls) if f.init}
+    out = dataclasses.replace(template, **{k: v for k, v in values.items() if k in init})
+    for name, value in values.items():
+        if name not in init:
+            setattr(out, name, value)
+    return out

@@ -42,5 +42,12 @@ class UpstreamError(AdapterError):
     status, kind = 502, "api_error"
 
 
+class PolicyAborted(AdapterError):
+    """The policy server answered ``finish_reason: abort`` to a request we did not abort (the
+    trainer aborted its engines): the session ends; the CLI must not retry."""
+
+    status, kind = 503, "overloaded_error"
+
+
 class ClientGone(Exception):
     """The agent CLI disconnected before the reply was fully written (logged as 499)."""

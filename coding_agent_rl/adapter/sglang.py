@@ -2,7 +2,15 @@
 
 One call per turn, never streamed: the adapter needs the whole output to parse tool calls.
 Cancellation (the agent CLI hung up) and timeouts send ``POST /abort_request`` so the engine
-stops spending compute on a reply nobody reads.
+stops spending compute on a reply nobody reads; such a call never returns a :class:`Generation`.
+A reply whose ``finish_reason`` is ``abort`` therefore comes from someone else: the trainer
+(slime aborts every worker at the end of a rollout step) or the engine itself; its ``message``
+is kept in :attr:`Generation.abort_message`.
+
+Every request carries ``X-SMG-Routing-Key`` (the caller's key: slime's per-sample
+``session_id`` when it set one, else the adapter session): the gateway keeps a session on one
+worker and its prefix cache warm. ``meta_info.weight_version`` (the policy version that sampled
+the reply, when the engine reports one) is kept per turn.
 """
 
 from __future__ import annotations
@@ -33,6 +41,8 @@ class Generation:
     cached_tokens: int = 0
     latency_s: float = 0.0
     rid: str = ""
+    weight_version: str | None = None  # meta_info.weight_version, when the engine reports it
+    abort_message: str | None = None  # finish_reason.message of an ``abort`` finish
 
 
 def empty_length_generation() -> Generation:
@@ -151,10 +161,14 @@ def _parse_generation(data: dict[str, Any]) -> Generation:
     if kind not in FINISH_REASONS:
         kind = "abort"
     matched = finish.get("matched") if isinstance(finish, dict) else None
+    message = finish.get("message") if isinstance(finish, dict) else None
+    version = meta.get("weight_version")
     return Generation(
         output_ids=ids,
         logprobs=logprobs,
         finish_reason=kind,
         matched_stop=matched if isinstance(matched, str) else None,
         cached_tokens=int(meta.get("cached_tokens") or 0),
+        weight_version=None if version is None else str(version),
+        abort_message=(str(message) if message else "no message") if kind == "abort" else None,
     )

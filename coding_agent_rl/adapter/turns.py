@@ -5,6 +5,11 @@ Rendering is where token-exactness is won or lost. A request that continues a re
 messages follow) reuses ``T.prompt_ids + T.output_ids`` verbatim and renders only the new
 messages; anything else (compaction, a subagent's own conversation, an edited history) is
 rendered in full with ``parent=None`` and left to the trajectory layer to split.
+
+A generation that SGLang ends with ``finish_reason: abort`` (our own cancellations never return
+one) means the trainer aborted the engines: the engine remembers the session as aborted
+(:meth:`TurnEngine.aborted`), answers this and every later request of it with
+:class:`PolicyAborted` (503, not retried) and records nothing; the rollout reads it and ends.
 """
 
 from __future__ import annotations
@@ -12,9 +17,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import threading
 from typing import Any
 
 from coding_agent_rl.adapter.canonical import message_key, tools_key
+from coding_agent_rl.adapter.errors import PolicyAborted
 from coding_agent_rl.adapter.parsers import parse_assistant
 from coding_agent_rl.adapter.render import Renderer
 from coding_agent_rl.adapter.sessions import RecordedTurn, Session, SessionConfig
@@ -38,6 +45,7 @@ class PreparedTurn:
     tools_key: bytes
     sampling: dict[str, Any]
     budget_left: bool
+    routing_key: str | None = None  # the session's ``routing_key`` metadata, if it has one
 
 
 def find_parent(
@@ -122,10 +130,28 @@ class TurnEngine:
         self.reasoning_parser = reasoning_parser
         self.max_context = max_context
         self.sampling_defaults = dict(sampling_defaults or {})
+        self._aborted: dict[str, str] = {}  # sid -> why; read from the rollout's thread
+        self._aborted_lock = threading.Lock()
+
+    def aborted(self, sid: str) -> str | None:
+        """Why the policy server aborted a request of ``sid`` (None: it did not)."""
+        with self._aborted_lock:
+            return self._aborted.get(sid)
+
+    def forget(self, sid: str) -> None:
+        """Drop what is remembered about ``sid`` (the rollout is over)."""
+        with self._aborted_lock:
+            self._aborted.pop(sid, None)
+
+    def _refuse_if_aborted(self, sid: str) -> None:
+        reason = self.aborted(sid)
+        if reason is not None:
+            raise PolicyAborted(f"the rollout was aborted: {reason}")
 
     async def prepare(
         self, session: Session, recorded: list[RecordedTurn], request: WireRequest
     ) -> PreparedTurn:
+        self._refuse_if_aborted(session.sid)
         messages, tools = request.messages, request.tools
         keys = tuple(message_key(m) for m in messages)
         tkey = tools_key(tools)
@@ -157,12 +183,25 @@ class TurnEngine:
             tools_key=tkey,
             sampling=sampling,
             budget_left=room,
+            routing_key=session.config.metadata.get("routing_key"),
         )
 
     async def generate(self, prepared: PreparedTurn, sid: str) -> Generation:
+        """SGLang's generation for ``prepared``; raises :class:`PolicyAborted` when the policy
+        server aborted it (and from then on for the whole session)."""
+        self._refuse_if_aborted(sid)
         if not prepared.budget_left:  # the context is full: an empty `length` turn, no call
             return empty_length_generation()
-        return await self.sglang.generate(prepared.prompt_ids, prepared.sampling, routing_key=sid)
+        gen = await self.sglang.generate(
+            prepared.prompt_ids, prepared.sampling, routing_key=prepared.routing_key or sid
+        )
+        if gen.finish_reason == "abort":
+            reason = f"the policy server aborted a request ({gen.abort_message})"
+            with self._aborted_lock:
+                self._aborted.setdefault(sid, reason)
+            log.info("session %s: %s", sid, reason)
+            raise PolicyAborted(reason)
+        return gen
 
     def finish(
         self, session: Session, prepared: PreparedTurn, gen: Generation, wire: str
@@ -194,6 +233,7 @@ class TurnEngine:
             parent=prepared.parent,
             wire=wire,
             latency_s=gen.latency_s,
+            weight_version=gen.weight_version,
         )
         reply = Reply(
             model=request.model,

@@ -5,23 +5,31 @@ then assistant tool calls and tool results until the history reaches ``--context
 through the adapter's rendering two ways each turn: ``Renderer.extend`` on the stored ids (what
 the adapter does) and a full re-render of the whole history. The "sampled" assistant tokens are
 the template's canonical rendering, so both ways must give identical ids.
+
+The baseline (the full re-render) is run in this process on the same session, each step timed
+``--repeat`` times, fastest kept, like ours. Targets: identical tokens always; a speedup of at
+least 30x at a context of 65,536 tokens or more (the speedup grows with the history, so below
+that context no speed target applies).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import json
 import random
 import time
 from typing import Any
 
+from coding_agent_rl.bench import add_check_argument, missed_targets, report
 from coding_agent_rl.bench.synthetic_session import (
     assistant_turn,
     sentence,
     system_prompt,
     tools,
 )
+
+TARGET_SPEEDUP = 30.0
+TARGET_CONTEXT = 65536  # the speedup target applies from this context on
 
 
 def _best_of(repeat: int, fn) -> tuple[Any, float]:
@@ -87,7 +95,22 @@ def run_session(
         "full_render_ms_per_turn": round(full_ms, 3),
         "speedup": round(full_ms / inc_ms, 1) if inc_ms else None,
         "tokens_identical": identical,
+        "baseline": {
+            "kind": "run",
+            "from": "Renderer.render of the whole history, same session, same process, "
+            f"fastest of {repeat} like ours",
+        },
     }
+
+
+def check(result: dict[str, Any], context: int) -> dict[str, Any]:
+    """Add ``targets`` / ``targets_missed`` (the speedup target only from TARGET_CONTEXT on)."""
+    targets = {"tokens_identical": ("==", 1.0)}
+    if context >= TARGET_CONTEXT:
+        targets["speedup"] = (">=", TARGET_SPEEDUP)
+    result["targets"] = {k: f"{op} {v:g}" for k, (op, v) in targets.items()}
+    result["targets_missed"] = missed_targets(result, targets)
+    return result
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,6 +121,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--tokenizer", default="qwen3", help="'qwen3' or a tokenizer directory")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
+    add_check_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -106,9 +130,4 @@ def run(args: argparse.Namespace) -> int:
     if args.context < 24000:
         raise UserError("--context must be at least 24000 (the first prompt alone is ~23k)")
     result = run_session(args.context, args.seed, args.tokenizer, max(1, args.repeat))
-    if args.json:
-        print(json.dumps(result))
-    else:
-        for key, value in result.items():
-            print(f"{key:>26}: {value}")
-    return 0 if result["tokens_identical"] else 1
+    return report("adapter", check(result, args.context), args)

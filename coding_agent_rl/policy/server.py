@@ -1,6 +1,13 @@
 """A CPU server speaking SGLang's native API (``/generate``, ``/abort_request``, ``/health``,
 ``/model_info``) in front of a pluggable :class:`Policy`; plus ``POST /policy/sessions/{sid}``
-for per-session policy data (the replay policy's gold patch)."""
+for per-session policy data (the replay policy's gold patch).
+
+What a trainer's abort needs, as SGLang does it: ``/abort_request`` with ``{"rid": prefix}`` or
+``{"abort_all": true}`` (slime's end-of-step abort) sets each named request's ``aborted`` event
+(a policy that honours it answers ``finish_reason: abort``); ``GET /v1/loads`` reports the
+requests still in flight, which slime polls until the engine is idle. Replies carry
+``meta_info.weight_version`` (:attr:`PolicyServer.weight_version`; a trainer's weight update
+changes it)."""
 
 from __future__ import annotations
 
@@ -34,7 +41,8 @@ class PolicyServer:
         self.policy = policy
         self.env = PolicyEnv(tokenizer=tokenizer, tool_parser=tool_parser)
         self.in_flight: dict[str, GenerateRequest] = {}
-        self.aborted_rids: list[str] = []  # every rid /abort_request named (for inspection)
+        self.aborted_rids: list[str] = []  # every rid /abort_request named ("*": abort_all)
+        self.weight_version = "0"  # reported per reply as meta_info.weight_version
         self.app = self._build_app()
         self._runner: web.AppRunner | None = None
 
@@ -46,6 +54,7 @@ class PolicyServer:
         app.router.add_get("/health_generate", self._health)
         app.router.add_get("/model_info", self._model_info)
         app.router.add_get("/get_model_info", self._model_info)
+        app.router.add_get("/v1/loads", self._loads)
         app.router.add_post("/policy/sessions/{sid}", self._register)
         return app
 
@@ -95,6 +104,7 @@ class PolicyServer:
             "completion_tokens": len(done.output_ids),
             "cached_tokens": 0,
             "e2e_latency": time.monotonic() - started,
+            "weight_version": self.weight_version,
         }
         if body.get("return_logprob"):
             meta["output_token_logprobs"] = [
@@ -110,14 +120,24 @@ class PolicyServer:
 
     async def _abort(self, request: web.Request) -> web.Response:
         try:
-            rid = str((await request.json()).get("rid") or "")
-        except ValueError:
+            body = await request.json()
+            abort_all = body.get("abort_all") is True
+            rid = str(body.get("rid") or "")
+        except (ValueError, AttributeError):
             return _error(400, "malformed JSON")
-        self.aborted_rids.append(rid)
+        if not abort_all and not rid:
+            return _error(400, "abort_request needs a rid or abort_all")
+        self.aborted_rids.append("*" if abort_all else rid)
         for key, req in list(self.in_flight.items()):
-            if key.startswith(rid):  # SGLang matches by prefix
+            if abort_all or key.startswith(rid):  # SGLang matches by prefix
                 req.aborted.set()
         return web.json_response({})
+
+    async def _loads(self, request: web.Request) -> web.Response:
+        n = len(self.in_flight)
+        return web.json_response(
+            {"loads": [{"dp_rank": 0, "num_running_reqs": n, "num_waiting_reqs": 0}]}
+        )
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")

@@ -21,6 +21,9 @@ class RolloutConfig:
     infra_retries: int = 1
     reward_mode: str = "full"
     max_context: int | None = None
+    # Response tokens per sample (slime's rollout_max_response_len): a longer sample is cut and
+    # marked TRUNCATED ("response").
+    max_response: int | None = None
     max_turns: int | None = None
     prompt_template: str | None = None
     model_name: str = "policy"

@@ -1,7 +1,9 @@
 """A run's output folder: ``samples.jsonl``, ``results.jsonl``, ``summary.json``, artifacts.
 
 Lines are appended and flushed as each rollout ends, so an interrupted run keeps every finished
-rollout and ``--resume`` skips them.
+rollout and ``--resume`` skips them. ``generate()`` under a trainer appends to the same files
+(``append=True``: earlier lines kept, nothing held in memory, no samples file); metrics.prom is
+kept from running totals, so writing it costs the same after a million rollouts as after one.
 """
 
 from __future__ import annotations
@@ -22,64 +24,98 @@ def rollout_key(instance_id: str, sample_index: int | None) -> str:
 
 
 class RunWriter:
-    def __init__(self, out: pathlib.Path, *, resume: bool = False):
+    """``resume``: keep and reload earlier results; ``append``: keep earlier lines but hold
+    nothing in memory (``results`` stays empty); ``samples=False``: no samples.jsonl."""
+
+    def __init__(
+        self,
+        out: pathlib.Path,
+        *,
+        resume: bool = False,
+        append: bool = False,
+        samples: bool = True,
+    ):
         self.out = out
         out.mkdir(parents=True, exist_ok=True)
         self.samples_path = out / "samples.jsonl"
         self.results_path = out / "results.jsonl"
         self.results: list[dict[str, Any]] = []
+        self._keep = not append
         if resume:
             self.results = read_jsonl(self.results_path)
-        else:
+        elif not append:
             for p in (self.samples_path, self.results_path):
                 p.unlink(missing_ok=True)
-        self._samples = self.samples_path.open("a")
+        self.totals = MetricTotals()
+        for r in self.results:
+            self.totals.add(r)
+        self._samples = self.samples_path.open("a") if samples else None
         self._results = self.results_path.open("a")
 
     def done_keys(self) -> set[str]:
         return {rollout_key(r["instance_id"], r["sample_index"]) for r in self.results}
 
     def add(self, samples: list[Sample], record: dict[str, Any]) -> None:
-        for s in samples:
-            self._samples.write(json.dumps(s.to_dict()) + "\n")
+        if self._samples is not None:
+            for s in samples:
+                self._samples.write(json.dumps(s.to_dict()) + "\n")
+            self._samples.flush()
         self._results.write(json.dumps(record, default=str) + "\n")
-        self._samples.flush()
         self._results.flush()
-        self.results.append(record)
-        write_metrics(self.out / "metrics.prom", self.results)
+        if self._keep:
+            self.results.append(record)
+        self.totals.add(record)
+        self.totals.write(self.out / "metrics.prom")
 
     def close(self, summary: dict[str, Any]) -> None:
-        self._samples.close()
+        if self._samples is not None:
+            self._samples.close()
         self._results.close()
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 
 
-def write_metrics(path: pathlib.Path, results: list[dict[str, Any]]) -> None:
-    """Prometheus text-format counters for long runs (node_exporter's textfile collector
-    reads the file; replaced atomically after every rollout)."""
-    outcomes = Counter(
-        r.get("failure_kind") or ("solved" if (r.get("reward") or 0) >= 1.0 else "unsolved")
-        for r in results
-    )
-    phases: Counter[str] = Counter()
-    for r in results:
-        for k, v in (r.get("timings") or {}).items():
-            phases[k.removesuffix("_s")] += v
-    metrics = [r.get("metrics") or {} for r in results]
-    lines = ["# TYPE coding_agent_rl_rollouts_total counter"]
-    lines += [f'coding_agent_rl_rollouts_total{{outcome="{k}"}} {v}' for k, v in outcomes.items()]
-    lines.append("# TYPE coding_agent_rl_reward_sum counter")
-    lines.append(f"coding_agent_rl_reward_sum {sum(r.get('reward') or 0 for r in results)}")
-    for name in ("tokens_generated", "tokens_trained", "retries"):
-        lines.append(f"# TYPE coding_agent_rl_{name}_total counter")
-        lines.append(f"coding_agent_rl_{name}_total {sum(m.get(name) or 0 for m in metrics)}")
-    lines.append("# TYPE coding_agent_rl_phase_seconds_sum counter")
-    lines += [
-        f'coding_agent_rl_phase_seconds_sum{{phase="{k}"}} {v:.3f}' for k, v in phases.items()
-    ]
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    tmp.replace(path)
+class MetricTotals:
+    """Running totals behind metrics.prom (Prometheus text format, for long runs:
+    node_exporter's textfile collector reads the file; replaced atomically after every rollout)."""
+
+    COUNTERS = ("tokens_generated", "tokens_trained", "retries")
+
+    def __init__(self) -> None:
+        self.outcomes: Counter[str] = Counter()
+        self.reward = 0.0
+        self.counters: Counter[str] = Counter()
+        self.phases: Counter[str] = Counter()
+
+    def add(self, record: dict[str, Any]) -> None:
+        reward = record.get("reward") or 0
+        self.outcomes[
+            record.get("failure_kind") or ("solved" if reward >= 1.0 else "unsolved")
+        ] += 1
+        self.reward += reward
+        metrics = record.get("metrics") or {}
+        for name in self.COUNTERS:
+            self.counters[name] += metrics.get(name) or 0
+        for k, v in (record.get("timings") or {}).items():
+            self.phases[k.removesuffix("_s")] += v
+
+    def write(self, path: pathlib.Path) -> None:
+        lines = ["# TYPE coding_agent_rl_rollouts_total counter"]
+        lines += [
+            f'coding_agent_rl_rollouts_total{{outcome="{k}"}} {v}' for k, v in self.outcomes.items()
+        ]
+        lines.append("# TYPE coding_agent_rl_reward_sum counter")
+        lines.append(f"coding_agent_rl_reward_sum {self.reward}")
+        for name in self.COUNTERS:
+            lines.append(f"# TYPE coding_agent_rl_{name}_total counter")
+            lines.append(f"coding_agent_rl_{name}_total {self.counters[name]}")
+        lines.append("# TYPE coding_agent_rl_phase_seconds_sum counter")
+        lines += [
+            f'coding_agent_rl_phase_seconds_sum{{phase="{k}"}} {v:.3f}'
+            for k, v in self.phases.items()
+        ]
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("\n".join(lines) + "\n")
+        tmp.replace(path)
 
 
 def read_jsonl(path: pathlib.Path) -> list[dict[str, Any]]:

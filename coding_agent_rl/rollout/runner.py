@@ -8,6 +8,11 @@ Failure policy (``failure_kind``):
   (``remove_sample=True``) and is retried within ``RolloutConfig.infra_retries``.
 * ``model`` — the model's own outcome: a diff that does not apply, tests that fail, a budget
   overrun. The samples are kept for training with reward 0.
+* ``aborted`` — the trainer aborted its engines mid-rollout (the policy server answered a
+  request with ``finish_reason: abort``; slime does this at the end of a rollout step). The CLI is
+  stopped at once, the sandboxes are destroyed, and the rollout returns one aborted placeholder
+  (``remove_sample=True``); it is not retried. A trainer that *cancels* the rollout's task instead
+  gets the same teardown (sandboxes destroyed before the cancellation completes).
 """
 
 from __future__ import annotations
@@ -53,6 +58,13 @@ def event(name: str, sid: str, **fields: Any) -> None:
 
 class InfraFailure(Exception):
     """A failure that is not the model's: the rollout is dropped from training and retried."""
+
+
+class RolloutAborted(Exception):
+    """The trainer aborted the policy server's requests: the rollout ends, unretried."""
+
+
+ABORT_POLL_S = 0.05  # how often the agent phase checks whether its session was aborted
 
 
 # Called with (session_id, row) once the adapter session is open, e.g. to hand the replay
@@ -138,14 +150,22 @@ class RolloutRunner:
         event("start", sid, instance_id=row.instance_id, index=base.index, attempt=attempt)
         # The trainer's sampling params win over what the CLI asks for (its max_tokens,
         # temperature): the tokens are trained as sampled under them; max_new_tokens is a cap.
+        # The trainer's session id (slime: a uuid per sample) routes every turn to one engine.
+        if base.session_id:
+            record["routing_key"] = base.session_id
         self.adapter.sessions.open(
-            sid, sampling_fixed=sampling_params, max_turns=self.config.max_turns
+            sid,
+            sampling_fixed=sampling_params,
+            max_turns=self.config.max_turns,
+            metadata={"routing_key": base.session_id} if base.session_id else None,
         )
         try:
             samples = await asyncio.wait_for(
                 self._pipeline(row, base, sid, record, timings, art, evaluation),
                 self.config.deadline,
             )
+        except RolloutAborted as e:
+            samples = self._abort(base, record, str(e), "aborted")
         except (InfraFailure, SandboxError) as e:
             samples = self._abort(base, record, f"{type(e).__name__}: {e}", "infra")
         except asyncio.TimeoutError:
@@ -161,6 +181,7 @@ class RolloutRunner:
             with contextlib.suppress(Exception):
                 self.adapter.sessions.close(sid)
                 self.adapter.sessions.pop(sid)
+                self.adapter.engine.forget(sid)
         record["timings"] = timings.as_dict()
         record["profile"] = timings.profile()
         event(
@@ -228,7 +249,7 @@ class RolloutRunner:
                 ahead.start()
             with timings.phase("agent_s"):
                 prompt = render_prompt(row.problem_statement, row.workdir, cfg.prompt_template)
-                agent = await self.harness.run(sb, ctx, prompt, cfg.agent_budget_s)
+                agent = await self._run_agent(sb, ctx, prompt, sid)
             record["agent_exit_code"] = agent.exit_code
             record["agent_timed_out"] = agent.timed_out
             timings.steps["agent_cli"] = agent.duration_s
@@ -292,6 +313,27 @@ class RolloutRunner:
             record["abort_reason"] = None
             record["fail_reason"] = result.reason
         return self._samples(row, base, sid, turns, record, result.reward, evaluation)
+
+    async def _run_agent(self, sb: Any, ctx: HarnessContext, prompt: str, sid: str) -> Any:
+        """The CLI's run, stopped as soon as the policy server aborts a request of ``sid``
+        (cancelling the run kills the CLI's processes); raises :class:`RolloutAborted` then."""
+        running = asyncio.ensure_future(
+            self.harness.run(sb, ctx, prompt, self.config.agent_budget_s)
+        )
+        try:
+            while not running.done():
+                reason = self.adapter.engine.aborted(sid)
+                if reason is not None:
+                    raise RolloutAborted(reason)
+                await asyncio.wait([running], timeout=ABORT_POLL_S)
+        finally:
+            if not running.done():
+                await _settle(running)
+        agent = running.result()
+        reason = self.adapter.engine.aborted(sid)  # the CLI may have exited on the refusal
+        if reason is not None:
+            raise RolloutAborted(reason)
+        return agent
 
     @property
     def _grade_ahead(self) -> bool:
@@ -374,7 +416,7 @@ class RolloutRunner:
     ) -> list[Sample]:
         base = dataclasses.replace(
             base,
-            session_id=sid,
+            session_id=base.session_id or sid,
             metadata={
                 **base.metadata,
                 "instance_id": row.instance_id,
@@ -387,6 +429,7 @@ class RolloutRunner:
             reward=reward,
             reward_mode=self.config.reward_mode,
             max_context=self.config.max_context,
+            max_response=self.config.max_response,
             decode=self.decode,
         )
         trained = sum(sum(s.loss_mask or []) for s in samples)
@@ -396,6 +439,7 @@ class RolloutRunner:
             metrics={
                 "tokens_generated": sum(len(t.output_ids) for t in turns),
                 "tokens_trained": trained,
+                "truncated": sum(s.status == Status.TRUNCATED for s in samples),
                 "truncation_reason": next(
                     (
                         s.metadata.get("truncation_reason") or "length"

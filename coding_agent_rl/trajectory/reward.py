@@ -1,4 +1,5 @@
-"""Reward across the sibling samples of one rollout, and GRPO advantages that count rollouts once.
+"""Reward across the sibling samples of one rollout, and group-normalised rewards that count each
+rollout once.
 
 Modes (``reward_mode``):
 
@@ -7,8 +8,15 @@ Modes (``reward_mode``):
 
 Either way ``metadata["rollout_reward"]`` holds the undivided reward. A trainer that normalises
 per sample over-counts a rollout that split into K samples (it enters the group mean and std K
-times); :func:`grpo_advantages` instead computes one advantage per rollout (deduplicated by
-``rollout_id``) and gives it to each of the rollout's samples.
+times; slime's default even falls back to one batch-wide row when groups have unequal sizes).
+:func:`normalized_rewards` instead normalises per group over *rollouts* (deduplicated by
+``rollout_id``) and hands each sibling its rollout's value (``full``) or that value / K
+(``split``). Rollouts that were aborted or removed (``remove_sample``, status ``aborted``) are
+left out of the group statistics and get 0. :func:`grpo_advantages` is the plain GRPO case.
+
+Statistics: the mean over the group's rollouts; the standard deviation is the sample one (n - 1,
+``torch.std``'s default, as slime uses it); a group of one rollout gets 0 (where torch would give
+NaN).
 """
 
 from __future__ import annotations
@@ -39,19 +47,98 @@ def assign_reward(
             s.reward = float(reward) / k if mode == "split" else float(reward)
 
 
-def _rollout_reward(sample: Sample) -> float:
-    r = sample.metadata.get("rollout_reward", sample.reward)
+def reward_value(sample: Any, reward_key: str | None = None) -> Any:
+    """The sample's own reward as slime reads it (``reward``, or ``reward[reward_key]``)."""
+    reward = sample.reward
+    if reward_key and isinstance(reward, dict):
+        return reward.get(reward_key)
+    return reward
+
+
+def rollout_reward(sample: Any, reward_key: str | None = None) -> float:
+    """The undivided reward of the sample's rollout: ``metadata.rollout_reward``, else its own."""
+    meta = sample.metadata or {}
+    r = meta.get("rollout_reward")
+    if r is None:
+        r = reward_value(sample, reward_key)
     if r is None:
         raise ValueError(f"sample {sample.index} (rollout {sample.rollout_id}) has no reward")
     if isinstance(r, dict):
-        raise ValueError("grpo_advantages needs scalar rewards")
+        raise ValueError(f"sample {sample.index}: a dict reward needs a reward key")
     return float(r)
 
 
-def _group_of(sample: Sample, key: str) -> Any:
+def is_dropped(sample: Any) -> bool:
+    """Aborted or removed: trained on nothing, counted in no group statistic."""
+    status = getattr(sample, "status", None)
+    return bool(sample.remove_sample) or getattr(status, "value", status) == "aborted"
+
+
+def _group_of(sample: Any, key: str) -> Any:
     if hasattr(sample, key):
         return getattr(sample, key)
-    return sample.metadata.get(key)
+    return (sample.metadata or {}).get(key)
+
+
+def normalized_rewards(
+    samples: Sequence[Any],
+    *,
+    center: bool = True,
+    scale: bool = True,
+    rloo: bool = False,
+    split_by_mode: bool = False,
+    group_key: str = "group_index",
+    reward_key: str | None = None,
+    eps: float = 1e-6,
+) -> list[float]:
+    """Per sample, in order: its rollout's reward normalised over the rollouts of its group.
+
+    ``center`` subtracts the group mean, ``scale`` divides by ``std + eps``, ``rloo`` multiplies
+    the centred value by n / (n - 1). Each rollout (``rollout_id``, else the sample itself) counts
+    once. With ``split_by_mode`` a sample whose ``metadata.reward_mode`` is ``split`` gets its
+    rollout's value / K, K = the rollout's samples in ``samples``. Dropped rollouts
+    (:func:`is_dropped`) get 0 and are left out of the statistics.
+    """
+    keys: list[tuple[Any, Any]] = []
+    groups: dict[Any, dict[Any, float]] = {}
+    dropped: set[tuple[Any, Any]] = set()
+    count: dict[tuple[Any, Any], int] = {}
+    for i, s in enumerate(samples):
+        g = _group_of(s, group_key)
+        rid = s.rollout_id if s.rollout_id is not None else ("sample", i)
+        key = (g, rid)
+        keys.append(key)
+        count[key] = count.get(key, 0) + 1
+        if is_dropped(s):
+            dropped.add(key)
+            continue
+        r = rollout_reward(s, reward_key)
+        seen = groups.setdefault(g, {})
+        if rid in seen and not math.isclose(seen[rid], r, rel_tol=1e-9, abs_tol=1e-12):
+            raise ValueError(f"rollout {rid!r} carries two rollout rewards: {seen[rid]} and {r}")
+        seen[rid] = r
+    value: dict[tuple[Any, Any], float] = {}
+    for g, rewards in groups.items():
+        live = {rid: r for rid, r in rewards.items() if (g, rid) not in dropped}
+        n = len(live)
+        if not n:
+            continue
+        mean = sum(live.values()) / n if center else 0.0
+        std = math.sqrt(sum((r - mean) ** 2 for r in live.values()) / (n - 1)) if n > 1 else 0.0
+        for rid, r in live.items():
+            v = r - mean
+            if scale:
+                v = v / (std + eps)
+            if rloo:
+                v = v * n / (n - 1) if n > 1 else 0.0
+            value[(g, rid)] = v
+    out = []
+    for s, key in zip(samples, keys, strict=True):
+        v = value.get(key, 0.0)
+        if split_by_mode and (s.metadata or {}).get("reward_mode") == "split":
+            v /= count[key]
+        out.append(v)
+    return out
 
 
 def grpo_advantages(
@@ -64,29 +151,7 @@ def grpo_advantages(
     """Per sample: ``(r - mean) / (std + eps)`` of its rollout, over the rollouts of its group.
 
     ``group_key`` names a Sample attribute or a metadata key. Each rollout (``rollout_id``, else
-    the sample itself) counts once, with ``metadata.rollout_reward`` (else ``reward``).
-    ``std`` is the sample standard deviation (n - 1); a group of one rollout gets advantage 0.
+    the sample itself) counts once, with ``metadata.rollout_reward`` (else ``reward``); every
+    sibling gets the rollout's advantage. A group of one rollout gets advantage 0.
     """
-    groups: dict[Any, dict[Any, float]] = {}
-    rollout_of: list[tuple[Any, Any]] = []
-    for i, s in enumerate(samples):
-        g = _group_of(s, group_key)
-        rid = s.rollout_id if s.rollout_id is not None else ("sample", i)
-        r = _rollout_reward(s)
-        seen = groups.setdefault(g, {})
-        if rid in seen and not math.isclose(seen[rid], r, rel_tol=1e-9, abs_tol=1e-12):
-            raise ValueError(f"rollout {rid!r} carries two rollout rewards: {seen[rid]} and {r}")
-        seen[rid] = r
-        rollout_of.append((g, rid))
-    stats: dict[Any, tuple[float, float]] = {}
-    for g, rewards in groups.items():
-        values = list(rewards.values())
-        mean = sum(values) / len(values)
-        var = sum((v - mean) ** 2 for v in values) / (len(values) - 1) if len(values) > 1 else 0.0
-        stats[g] = (mean, math.sqrt(var))
-    out = []
-    for g, rid in rollout_of:
-        mean, std = stats[g]
-        adv = groups[g][rid] - mean
-        out.append(adv / (std + eps) if normalize_std else adv)
-    return out
+    return normalized_rewards(samples, scale=normalize_std, group_key=group_key, eps=eps)

@@ -22,6 +22,8 @@ Rules:
   no trained token is dropped. A sample whose last turn stopped by ``length`` (or was aborted) is
   TRUNCATED as well ("length"/"abort").
 * Order: subagent, wipe (and aux) samples by their chain's leaf, oldest first; ``final`` last.
+* Weight versions: ``weight_versions`` gets one entry per trained turn, in order: the
+  ``weight_version`` SGLang reported for it (turns without one add nothing).
 * Reward: see :mod:`.reward` (``full`` or ``split``; ``metadata.rollout_reward`` always set).
   ``rollout_id`` = ``base.rollout_id``, else ``base.index``, else the session id.
 """
@@ -189,12 +191,18 @@ def build_samples(
                 response=decode(d.tokens[start:]) if decode is not None else "",
                 status=Status.TRUNCATED if d.truncation else Status.COMPLETED,
                 remove_sample=False,
-                weight_versions=list(base.weight_versions),
+                weight_versions=[*base.weight_versions, *_versions(d)],
                 metadata={**base.metadata, **_labels(seg, d, i, len(drafts))},
             )
         )
     assign_reward(samples, reward, reward_mode)
     return samples
+
+
+def _versions(d: _Draft) -> list[str]:
+    by_index = {t.index: t for t in d.turns}
+    versions = (by_index[index].weight_version for index, _, _ in d.spans)
+    return [v for v in versions if v is not None]
 
 
 def _labels(seg: Segment, d: _Draft, i: int, k: int) -> dict[str, Any]:

@@ -35,6 +35,7 @@ class Turn:
     wire: str = ""  # "anthropic" | "chat" | "responses"
     created_at: float = dataclasses.field(default_factory=time.time)
     latency_s: float = 0.0
+    weight_version: str | None = None  # SGLang's meta_info.weight_version for this turn
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -18,12 +18,14 @@ class SGLangStandIn:
         delay_s: float = 0.0,
         finish: dict[str, Any] | None = None,
         status: int = 200,
+        weight_version: str | None = None,
     ):
         self.output_ids = output_ids
         self.hold = hold
         self.delay_s = delay_s
         self.finish = finish or {"type": "stop", "matched": output_ids[-1] if output_ids else 0}
         self.status = status
+        self.weight_version = weight_version  # meta_info.weight_version, when set
         self.generate_calls: list[dict[str, Any]] = []  # {"body", "headers"}
         self.aborted: list[str] = []
         self.started = asyncio.Event()
@@ -60,21 +62,18 @@ class SGLangStandIn:
         elif self.delay_s:
             await asyncio.sleep(self.delay_s)
         ids = [] if finish["type"] == "abort" else self.output_ids
-        return web.json_response(
-            {
-                "text": "",
-                "output_ids": ids,
-                "meta_info": {
-                    "id": body["rid"],
-                    "finish_reason": finish,
-                    "prompt_tokens": len(body["input_ids"]),
-                    "completion_tokens": len(ids),
-                    "cached_tokens": 3,
-                    "output_token_logprobs": [[-0.25, t, None] for t in ids],
-                    "new_unknown_key": 1,
-                },
-            }
-        )
+        meta = {
+            "id": body["rid"],
+            "finish_reason": finish,
+            "prompt_tokens": len(body["input_ids"]),
+            "completion_tokens": len(ids),
+            "cached_tokens": 3,
+            "output_token_logprobs": [[-0.25, t, None] for t in ids],
+            "new_unknown_key": 1,
+        }
+        if self.weight_version is not None:
+            meta["weight_version"] = self.weight_version
+        return web.json_response({"text": "", "output_ids": ids, "meta_info": meta})
 
     async def _abort(self, request: web.Request) -> web.Response:
         rid = (await request.json())["rid"]

@@ -22,6 +22,8 @@ def test_bench_adapter_json_line(capsys):
     assert result["incremental_ms_per_turn"] > 0
     # the delta is a few hundred tokens against a 25-30k history
     assert result["speedup"] > 5
+    assert result["baseline"]["kind"] == "run"
+    assert result["targets_missed"] == [] and "speedup" not in result["targets"]
 
 
 def test_bench_adapter_rejects_a_tiny_context(capsys):

@@ -188,13 +188,45 @@ async def test_client_gone_after_generation_is_not_recorded(stand_in_stack, rend
     assert (await recorded(adapter, "s1")) == []
 
 
-async def test_sglang_abort_finish_is_recorded_and_reported_as_truncated(stand_in_stack, renderer):
+@pytest.mark.parametrize("wire", ["messages-json", "responses-stream"])
+async def test_sglang_abort_finish_ends_the_session(stand_in_stack, renderer, wire):
+    """A reply with ``finish_reason: abort`` that the adapter did not ask for is the trainer
+    aborting its engines (slime, end of a rollout step): the CLI is told not to retry, nothing is
+    recorded, and the session is refused from then on without calling SGLang again; another
+    session is untouched."""
     stand_in = SGLangStandIn(ids_of(renderer, "x"), finish={"type": "abort", "message": "m"})
     adapter, url = await stand_in_stack(stand_in)
-    _, _, text = await post(f"{url}/v1/responses", {"model": "m", "input": "x", "stream": True})
-    final = parse_sse(text)[-1][1]["response"]
-    assert final["status"] == "incomplete"
-    assert (await recorded(adapter, "s1"))[0].finish_reason == "abort"
+    if wire == "messages-json":
+        status, _, text = await post(f"{url}/v1/messages", BODY)
+        assert status == 503 and "aborted a request (m)" in json.loads(text)["error"]["message"]
+    else:
+        _, _, text = await post(f"{url}/v1/responses", {"model": "m", "input": "x", "stream": True})
+        assert parse_sse(text)[-1][1]["type"] in ("error", "response.failed"), text[-500:]
+    assert adapter.engine.aborted("s1") == "the policy server aborted a request (m)"
+    assert (await recorded(adapter, "s1")) == []
+    status, _, _ = await post(f"{url}/v1/messages", BODY)
+    assert status == 503 and len(stand_in.generate_calls) == 1  # refused before SGLang
+    adapter.sessions.open("s2")
+    assert adapter.engine.aborted("s2") is None
+    stand_in.finish = {"type": "stop", "matched": stand_in.output_ids[-1]}
+    status, _, _ = await post(f"{url}/v1/messages", BODY, sid="s2")
+    assert status == 200 and len(await recorded(adapter, "s2")) == 1
+    adapter.engine.forget("s1")
+    assert adapter.engine.aborted("s1") is None
+
+
+async def test_routing_key_and_weight_version(stand_in_stack, renderer):
+    """A session opened with a ``routing_key`` (slime's per-sample session id) sends it as
+    ``X-SMG-Routing-Key``; SGLang's ``meta_info.weight_version`` is kept on the turn."""
+    stand_in = SGLangStandIn(ids_of(renderer, "ok"), weight_version="7")
+    adapter, url = await stand_in_stack(stand_in)
+    adapter.sessions.open("s2", metadata={"routing_key": "slime-uuid-1"})
+    await post(f"{url}/v1/messages", BODY, sid="s2")
+    await post(f"{url}/v1/messages", BODY, sid="s1")
+    keyed, plain = (c["headers"]["X-SMG-Routing-Key"] for c in stand_in.generate_calls)
+    assert (keyed, plain) == ("slime-uuid-1", "s1")
+    (turn,) = await recorded(adapter, "s2")
+    assert turn.weight_version == "7"
 
 
 async def test_sglang_http_error_becomes_client_error(stand_in_stack, renderer):

@@ -174,6 +174,12 @@ async def test_server_routes(serve, renderer):
             assert (await resp.json())["policy"] == "scripted"
         async with http.post(f"{url}/abort_request", json={"rid": "nope"}) as resp:
             assert resp.status == 200
+        async with http.post(f"{url}/abort_request", json={"abort_all": True}) as resp:
+            assert resp.status == 200
+        async with http.post(f"{url}/abort_request", json={}) as resp:
+            assert resp.status == 400  # neither a rid nor abort_all: not "abort everything"
+        async with http.get(f"{url}/v1/loads") as resp:
+            assert (await resp.json())["loads"][0]["num_running_reqs"] == 0
         async with http.post(f"{url}/generate", json={"input_ids": [[1], [2]]}) as resp:
             assert resp.status == 400
         body = {"input_ids": prompt(renderer, None), "sampling_params": {}}

@@ -25,6 +25,12 @@ RUN_ID = f"rollout-tests-{uuid.uuid4().hex[:8]}"
 LABEL = "coding-agent-rl.run"
 
 
+def dataset_lines() -> dict[str, dict]:
+    """The raw JSONL lines of the example tasks by short name (what slime's dataset reads)."""
+    lines = [json.loads(line) for line in TASKS.read_text().splitlines() if line.strip()]
+    return {d["metadata"]["instance_id"].split("__", 1)[1]: d for d in lines}
+
+
 def containers(run_id: str = RUN_ID) -> list[str]:
     """Containers (running or not) labelled with ``run_id``."""
     r = subprocess.run(

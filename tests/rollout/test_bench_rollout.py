@@ -1,9 +1,11 @@
 """``coding-agent-rl bench rollout``: the real command (real Claude Code, Docker, replay policy)
-prints one JSON line of the documented shape; the figures are checked for consistency, not speed."""
+prints one JSON line of the documented shape; its figures are checked against the run's own
+records (``--out``), not for speed (``--no-check``: the machine is shared)."""
 
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import uuid
@@ -16,7 +18,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.agents, pytest.mark.usefixtures("e
 PHASE_KEYS = ("sandbox_s", "install_s", "agent_s", "diff_s", "grade_s", "total_s", "tests_s")
 
 
-def test_bench_rollout_prints_one_json_line_of_figures():
+def test_bench_rollout_prints_one_json_line_of_figures(tmp_path):
     run_id = f"bench-test-{uuid.uuid4().hex[:8]}"
     cmd = [
         sys.executable,
@@ -32,6 +34,9 @@ def test_bench_rollout_prints_one_json_line_of_figures():
         f"run_id={run_id}",
         "--json",
         "--profile",
+        "--no-check",
+        "--out",
+        str(tmp_path),
     ]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -47,15 +52,22 @@ def test_bench_rollout_prints_one_json_line_of_figures():
 
     assert (out["n"], out["concurrency"], out["completed"], out["failures"]) == (2, 2, 2, 0)
     assert out["agent"] == "claude_code" and out["backend"] == "docker"
-    for key in ("wall_s", "overhead_s_p50", "overhead_s_max", "slime_design_overhead_s", "ratio"):
-        assert isinstance(out[key], float) and out[key] > 0, key
     for key in PHASE_KEYS:
         assert isinstance(out[f"{key}_p50"], float) and out[f"{key}_p50"] >= 0, key
-    # Overhead = total - agent - tests, so it is below the total and the baseline above it.
-    assert out["overhead_s_p50"] < out["total_s_p50"]
-    assert out["slime_design_overhead_s"] >= out["overhead_s_p50"] + 12.5 - 1e-6
-    assert out["ratio"] < 1 and isinstance(out["target_met"], bool)
-    assert "marker poll" in out["slime_design_model"]
+    # Every rollout's figures, recomputed from the run's own records.
+    records = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
+    overheads = sorted(
+        r["timings"]["total_s"] - r["timings"]["agent_s"] - r["tests_s"] for r in records
+    )
+    listed = sorted(r["overhead_s"] for r in out["rollouts"])
+    assert listed == pytest.approx(overheads, abs=1e-3) and len(listed) == 2
+    assert out["overhead_s_p50"] == pytest.approx(statistics.median(overheads), abs=1e-3)
+    assert out["baseline"]["kind"] == "modelled"
+    assert out["targets_missed"] == (
+        []
+        if out["overhead_s_p50"] <= 1.5
+        else [f"overhead_s_p50 <= 1.5 (got {out['overhead_s_p50']})"]
+    )
     # The agent CLI was mounted, not uploaded, and grading was prepared while the agent ran.
     steps = out["profile_p50"]
     for step in ("agent_sandbox_create", "workspace", "configure", "agent_cli", "grading_prepare"):

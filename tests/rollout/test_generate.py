@@ -13,7 +13,7 @@ import json
 import types
 
 import pytest
-from rollout_helpers import EXAMPLES, TASKS, solve_steps, task_rule
+from rollout_helpers import EXAMPLES, dataset_lines, solve_steps, task_rule
 
 from coding_agent_rl import generate as gen
 from coding_agent_rl.policy.scripted import ScriptedPolicy
@@ -34,11 +34,6 @@ class RecordingScripted(ScriptedPolicy):
     async def generate(self, request, env):
         self.sampling[request.session] = dict(request.sampling)
         return await super().generate(request, env)
-
-
-def raw_lines() -> dict[str, dict]:
-    lines = [json.loads(line) for line in TASKS.read_text().splitlines() if line.strip()]
-    return {d["metadata"]["instance_id"].split("__", 1)[1]: d for d in lines}
 
 
 def slime_sample(line: dict, index: int) -> Sample:
@@ -105,7 +100,7 @@ def test_signatures_are_the_ones_slime_inspects():
 
 async def test_generate_as_slime_calls_it(slime):
     args, policy = slime
-    raw = raw_lines()
+    raw = dataset_lines()
     solved = slime_sample(raw["slugify"], 0)
     evaluated = slime_sample(raw["pager"], 1)
     no_image = slime_sample(raw["money"], 2)

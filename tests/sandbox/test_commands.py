@@ -29,7 +29,8 @@ def test_bench_rejects_unknown_benchmarks(capsys: pytest.CaptureFixture[str]) ->
 
 @pytest.mark.docker
 def test_bench_sandbox_prints_one_json_line(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "sandbox", "--n", "2", "--json"]) == 0
+    # --no-check: two samples on a shared machine say nothing about the targets.
+    assert main(["bench", "sandbox", "--n", "2", "--json", "--no-check"]) == 0
     (line,) = capsys.readouterr().out.strip().splitlines()
     result = json.loads(line)
     for key in (
@@ -43,3 +44,5 @@ def test_bench_sandbox_prints_one_json_line(capsys: pytest.CaptureFixture[str]) 
     ):
         assert result[key] > 0, key
     assert result["completion_detect_ms_p50"] < 5000
+    assert result["baseline"]["kind"] == "run" and "docker exec" in result["baseline"]["from"]
+    assert set(result["targets"]) == {"exec_ratio", "lifecycle_ratio", "completion_detect_ms_p50"}
