@@ -33,6 +33,7 @@ class Generation:
     cached_tokens: int = 0
     latency_s: float = 0.0
     rid: str = ""
+    weight_version: str | None = None  # meta_info.weight_version, when the engine reports it
 
 
 def empty_length_generation() -> Generation:
@@ -157,4 +158,5 @@ def _parse_generation(data: dict[str, Any]) -> Generation:
         finish_reason=kind,
         matched_stop=matched if isinstance(matched, str) else None,
         cached_tokens=int(meta.get("cached_tokens") or 0),
+        weight_version=None if meta.get("weight_version") is None else str(meta["weight_version"]),
     )

@@ -33,6 +33,7 @@ class PolicyServer:
             self.tokenizer_path = getattr(tokenizer, "name_or_path", "")
         self.policy = policy
         self.env = PolicyEnv(tokenizer=tokenizer, tool_parser=tool_parser)
+        self.weight_version = "0"  # reported in meta_info, as SGLang reports its weights' version
         self.in_flight: dict[str, GenerateRequest] = {}
         self.aborted_rids: list[str] = []  # every rid /abort_request named (for inspection)
         self.app = self._build_app()
@@ -95,6 +96,7 @@ class PolicyServer:
             "completion_tokens": len(done.output_ids),
             "cached_tokens": 0,
             "e2e_latency": time.monotonic() - started,
+            "weight_version": self.weight_version,
         }
         if body.get("return_logprob"):
             meta["output_token_logprobs"] = [
