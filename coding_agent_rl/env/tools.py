@@ -143,19 +143,30 @@ async def run_bash(ws: Workspace, args: dict[str, Any]) -> ToolResult:
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
         return error("'timeout' must be a positive number of seconds")
     timeout = min(float(timeout), ws.limits.bash_max_timeout_s)
-    # One stream, in the order the command wrote it.
-    r = await ws.run("exec 2>&1\n" + command, timeout=timeout)
+    # One stream, in the order the command wrote it; coreutils' timeout kills the command's
+    # whole process group at the deadline (the sandbox's own exec timeout is the backstop).
+    r = await ws.run(_BASH.format(t=f"{timeout:g}", cmd=q(command)), timeout=timeout + KILL_GRACE_S)
+    timed_out = r.timed_out or (r.exit_code in (124, 137) and r.duration_s >= timeout - 0.05)
+    if timed_out:  # and whatever escaped the group (setsid, nohup): every process of the agent
+        await ws.run("kill -KILL -1 2>/dev/null; true", timeout=30)
     out = preview(r.stdout, ws.limits.max_output_chars)
     out = out[:-1] if out.endswith("\n") else out
-    if r.timed_out:
+    if timed_out:
         tail = f"[timed out after {timeout:g} s: the command was killed]"
     else:
         tail = f"[exit code {r.exit_code}]"
     return ToolResult(
         f"{out}\n{tail}" if out else tail,
-        ok=r.exit_code == 0 and not r.timed_out,
-        info={"exit_code": r.exit_code, "timed_out": r.timed_out},
+        ok=r.exit_code == 0 and not timed_out,
+        info={"exit_code": r.exit_code, "timed_out": timed_out},
     )
+
+
+KILL_GRACE_S = 10.0
+_BASH = """exec 2>&1
+if command -v timeout >/dev/null 2>&1; then exec timeout -k 2 {t} bash -c {cmd}; fi
+exec bash -c {cmd}
+"""
 
 
 _READ = """p={path}
