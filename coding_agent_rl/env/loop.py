@@ -14,7 +14,10 @@ Termination (``Episode.end``):
   tokens is spent: ``max_context`` bounds prompt + response, ``max_response`` the response
   (``truncated``). The limits are never exceeded: ``max_new_tokens`` is capped by the room left,
   and an observation that would not leave room for one more sampled token is not appended;
-* ``length`` — the engine stopped at the turn's own ``max_new_tokens`` (``truncated``);
+* ``length`` — only with ``stop_on_length`` (slime's example loop stops there): the engine
+  stopped at the turn's own ``max_new_tokens`` (``truncated``). By default a reply cut that way
+  is an ordinary turn: the environment sees the cut text (usually an ill-formed call) and the
+  template's end-of-turn tokens close it before the observation, as an agent CLI would go on;
 * ``abort`` / ``policy_error`` / ``env_failure`` / ``bad_observation`` / ``prompt_too_long`` —
   the episode is ``aborted`` with ``failure_kind`` infra (data for a prompt that does not fit).
 
@@ -61,6 +64,7 @@ class LoopConfig:
     env_retry_backoff_s: float = 0.25  # doubled per retry, capped at 5 s
     env_step_timeout_s: float | None = None  # guard on async env methods; None: none
     preview_chars: int = 1000  # per action / observation kept in metadata.turns
+    stop_on_length: bool = False  # a reply cut at max_new_tokens ends the episode (TRUNCATED)
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
@@ -265,8 +269,9 @@ class _Loop:
             raise _Stop("abort", ABORTED, "the engine aborted the request", "infra")
         if gen.finish_reason == "length":
             capped = room is not None and params["max_new_tokens"] >= room
-            end = budget if capped else "length"
-            raise _Stop(end, TRUNCATED, f"generation stopped at {len(gen.output_ids)} tokens")
+            if capped or self.config.stop_on_length:
+                end = budget if capped else "length"
+                raise _Stop(end, TRUNCATED, f"generation stopped at {len(gen.output_ids)} tokens")
         text = self.encoder.decode(gen.output_ids)
         record.action = preview(text, self.config.preview_chars)
         t_env = time.perf_counter()

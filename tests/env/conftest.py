@@ -140,3 +140,27 @@ async def fresh_env_generate() -> AsyncIterator[None]:
         await state.client.close()
     env_generate._states.clear()
     env_generate._lock = None
+
+
+@pytest.fixture
+async def openai_endpoint(tokenizer) -> AsyncIterator[Callable[..., Any]]:
+    """``start(script) -> base URL`` of an OpenAI-compatible server: our adapter (sessions
+    admitted on first use) in front of the scripted CPU policy."""
+    from coding_agent_rl.adapter.render import Renderer
+    from coding_agent_rl.adapter.server import AdapterConfig, AdapterServer
+
+    started: list[Any] = []
+
+    async def start(script: dict) -> str:
+        policy = PolicyServer(ScriptedPolicy(script), tokenizer, "qwen25")
+        adapter = AdapterServer(
+            AdapterConfig(
+                sglang_url=await policy.start(), renderer=Renderer(tokenizer), auto_open=True
+            )
+        )
+        started.extend([policy, adapter])
+        return await adapter.start()
+
+    yield start
+    for server in reversed(started):
+        await server.stop()

@@ -154,9 +154,42 @@ async def test_token_budget_is_never_exceeded(scripted_engine, encoder, limit, b
     assert s.status is Status.TRUNCATED and s.metadata["truncation_reason"] == f"{budget}_budget"
 
 
-async def test_length_finish_truncates(scripted_engine, encoder):
-    ep, _ = await episode(scripted_engine, encoder, CalcEnv(), sampling={"max_new_tokens": 5})
-    assert (ep.status, ep.end, ep.turns[0].sampled) == ("truncated", "length", 5)
+async def test_a_reply_cut_at_max_new_tokens_is_an_ordinary_turn(
+    scripted_engine, encoder, tokenizer
+):
+    """The env sees the cut text; the template's end of turn closes it before the observation
+    (the stream still equals a full render); with stop_on_length it ends TRUNCATED instead."""
+    env = CalcEnv(done_on_text=False)
+    config = LoopConfig(max_turns=3)
+    ep, _ = await episode(
+        scripted_engine, encoder, env, config=config, sampling={"max_new_tokens": 5}
+    )
+    assert (ep.status, ep.end, [t.finish for t in ep.turns]) == (
+        "completed",
+        "max_turns",
+        ["length"] * 3,
+    )
+    assert [t.sampled for t in ep.turns] == [5, 5, 5] and len(env.steps) == 3
+    history = list(PROMPT)
+    assert env.steps[0] == tokenizer.decode(ep.response_ids[:5])
+    first_obs = ep.response_ids[5 : 5 + ep.turns[0].observation_tokens]
+    assert tokenizer.decode(first_obs).startswith("<|im_end|>\n<|im_start|>user")
+    history += [
+        {"role": "assistant", "content": env.steps[0]},
+        {"role": "user", "content": "call a tool"},
+    ]
+    rendered = tokenizer.apply_chat_template(
+        history, tools=TOOLS, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    assert ep.prompt_ids + ep.response_ids[: 5 + len(first_obs)] == rendered
+    ep, _ = await episode(
+        scripted_engine,
+        encoder,
+        CalcEnv(),
+        config=LoopConfig(stop_on_length=True),
+        sampling={"max_new_tokens": 5},
+    )
+    assert (ep.status, ep.end, len(ep.turns)) == ("truncated", "length", 1)
 
 
 async def test_prompt_too_long_is_a_data_failure(scripted_engine, encoder):
