@@ -65,6 +65,7 @@ class CodingEnvConfig:
     eval_timeout_s: float = 600.0
     grade_ahead: bool = True  # prepare the grading sandbox while the policy works
     system_prompt: str = SYSTEM_PROMPT
+    max_calls_per_turn: int = 16  # further calls in one reply are answered with an error
 
     def __post_init__(self) -> None:
         if self.on_no_tool_call not in NO_TOOL_CALL:
@@ -152,10 +153,15 @@ class CodingEnv(BaseInteractionEnv):
         results: list[dict[str, str]] = []
         names: list[str] = []
         done = False
-        for call in calls:
+        for n, call in enumerate(calls):
             fn = call.get("function", call)
             name, args = fn.get("name"), fn.get("arguments") or {}
             names.append(str(name))
+            if n >= self.config.max_calls_per_turn:
+                limit = self.config.max_calls_per_turn
+                text = f"Error: not run: at most {limit} tool calls per reply"
+                results.append({"name": str(name), "content": text})
+                continue
             if name == "submit":
                 results.append({"name": "submit", "content": "Submitted."})
                 done = True

@@ -220,3 +220,16 @@ async def test_future_commits_are_scrubbed_as_for_cli_rollouts(rows, monkeypatch
             assert ("Fix: the real fix" in out) is (not scrub), out
         finally:
             await e.close()
+
+
+async def test_tool_calls_per_reply_are_capped(rows):
+    e = env_for(rows["slugify"], max_calls_per_turn=2)
+    await e.reset()
+    try:
+        reply = "\n".join(call("bash", command=f"echo {i} >> calls.txt") for i in range(5))
+        obs, done, _ = await e.step(reply)
+        assert not done and obs["obs_str"].count("Error: not run: at most 2 tool calls") == 3
+        out, _ = await bash(e, "cat calls.txt")
+        assert out.splitlines()[:2] == ["0", "1"] and "2" not in out.splitlines()
+    finally:
+        await e.close()

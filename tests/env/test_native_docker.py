@@ -33,6 +33,18 @@ pytestmark = [pytest.mark.docker]
 GIVE_UP = [{"say": "I could not find the bug, so I leave the code as it is."}]
 ILL_FORMED = [{"say": '<tool_call>\n{"name": "bash", "arguments": {"command": }\n</tool_call>'}]
 LONG = [{"shell": "seq 1 400"} for _ in range(60)]
+# Guts every visible test and adds a conftest.py hook that reports every test as passed (the
+# hack tests/rollout/test_run_e2e.py plays through Claude Code): the same grader drops it.
+REWRITE_TESTS = [
+    {
+        "shell": "cd /testbed && for f in tests/test_*.py; do "
+        "printf 'def test_ok():\\n    assert True\\n' > \"$f\"; done && "
+        "printf 'import pytest\\n\\n\\n@pytest.hookimpl(hookwrapper=True)\\n"
+        "def pytest_runtest_makereport(item, call):\\n    outcome = yield\\n"
+        '    outcome.get_result().outcome = "passed"\\n\' > conftest.py && git status --short'
+    },
+    {"tool": {"name": "submit", "arguments": {}}},
+]
 
 
 def native(tmp_path, **overrides):
@@ -53,15 +65,21 @@ async def test_scripted_outcomes(rows, tmp_path):
             task_rule(rows["slugify"], ILL_FORMED + solve_steps(rows["slugify"])),
             task_rule(rows["pager"], GIVE_UP),
             task_rule(rows["money"], LONG),
+            task_rule(rows["editor"], REWRITE_TESTS),
         ],
     )
     cfg = native(tmp_path, max_context=6000)
+    names = ["slugify", "pager", "money", "editor"]
     async with runtime(policy=spec, agent="native", rollout=cfg) as rt:
-        jobs = [
-            (rows[n], base_sample(rows[n], i)) for i, n in enumerate(["slugify", "pager", "money"])
-        ]
-        (solved, gave_up, long) = await run_all(rt, jobs)
-    for outcome in (solved, gave_up, long):
+        jobs = [(rows[n], base_sample(rows[n], i)) for i, n in enumerate(names)]
+        (solved, gave_up, long, hack) = await run_all(rt, jobs)
+    r = hack.record
+    assert r["reward"] == 0.0 and r["failure_kind"] == "model", r
+    assert "conftest.py" in r["protected_paths_touched"]  # dropped by the grader
+    assert r["fail_reason"].startswith("diff only changes protected paths")
+    assert "conftest.py" in (tmp_path / r["artifacts"]["diff"]).read_text()  # the hack was tried
+    assert r["turns"] == 2 and hack.samples[0].metadata["turns"][1]["info"]["submitted"] is True
+    for outcome in (solved, gave_up, long, hack):
         check_outcome(outcome.samples, outcome.record)
         assert len(outcome.samples) == 1 and outcome.samples[0].metadata["segment"] == "final"
     s, r = solved.samples[0], solved.record
@@ -78,7 +96,7 @@ async def test_scripted_outcomes(rows, tmp_path):
     assert s.status == Status.TRUNCATED and len(s.tokens) <= 6000
     assert r["metrics"]["truncation_reason"] == "context_budget" and 3 < r["turns"] < 60
     assert r["failure_kind"] == "model" and r["reward"] == 0.0  # graded: nothing changed
-    for outcome in (solved, gave_up, long):
+    for outcome in (solved, gave_up, long, hack):
         assert outcome.record["timings"]["sandbox_s"] > 0 and outcome.record["retries"] == 0
     assert containers() == []
 
@@ -216,4 +234,53 @@ async def test_coding_env_through_slimes_call_path(rows, tmp_path, fresh_env_gen
     assert gave_up.reward == 0.0 and gave_up.status is SlimeSample.Status.COMPLETED
     assert gave_up.metadata["failure_kind"] == "model"
     assert train_data([solved, gave_up])["rewards"] == [1.0, 0.0]
+    assert containers(default_run_id()) == []
+
+
+async def test_swe_agent_native_through_the_main_generate(rows, monkeypatch):
+    """``--custom-generate-function-path coding_agent_rl.generate.generate`` with
+    ``SWE_AGENT=native``: the same datasets, the native loop instead of a CLI."""
+    from rollout_helpers import EXAMPLES, TASKS
+
+    from coding_agent_rl import generate as gen
+    from coding_agent_rl.policy.scripted import ScriptedPolicy
+    from coding_agent_rl.policy.server import PolicyServer
+    from coding_agent_rl.sandbox.docker_engine import default_run_id
+    from coding_agent_rl.types import Sample
+
+    script = {"rules": [task_rule(rows["slugify"], solve_steps(rows["slugify"]))]}
+    server = PolicyServer(ScriptedPolicy(script), "qwen3", "qwen3_coder")
+    url = await server.start()
+    args = types.SimpleNamespace(
+        hf_checkpoint=str(qwen3_tokenizer_dir()),
+        sglang_router_ip="127.0.0.1",
+        sglang_router_port=int(url.rsplit(":", 1)[1]),
+        rollout_max_context_len=16384,
+        rollout_max_response_len=8192,
+        sglang_tool_call_parser="qwen3_coder",
+        sglang_reasoning_parser="qwen3",
+    )
+    for name, value in {
+        "SWE_AGENT": "native",
+        "CODING_AGENT_RL_DATASET_DIR": str(EXAMPLES),
+        "SWE_AGENT_TIME_BUDGET_SEC": "300",
+        "SWE_EVAL_TIMEOUT_SEC": "120",
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(gen, "_runtime", None)
+    monkeypatch.setattr(gen, "_runtime_lock", None)
+    line = next(
+        json.loads(x) for x in TASKS.read_text().splitlines() if "slugify" in x.split('"label"')[1]
+    )
+    sample = Sample(index=0, group_index=0, prompt=line["prompt"], label=line["label"],
+                    metadata=line["metadata"])  # fmt: skip
+    try:
+        out = await gen.generate(args, sample, {"temperature": 1.0, "max_new_tokens": 2048})
+    finally:
+        if gen._runtime is not None:
+            await gen._runtime.stop()
+        await server.stop()
+    assert len(out) == 1 and out[0].reward == 1.0 and out[0].metadata["agent"] == "native"
+    out[0].check()
+    assert out[0].metadata["turns"] and await gen.reward(args, out[0]) == 1.0
     assert containers(default_run_id()) == []
