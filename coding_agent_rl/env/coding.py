@@ -231,17 +231,7 @@ class CodingEnv(BaseInteractionEnv):
         )
         self.timings["grade_s"] = time.monotonic() - t1
         self.test_log = result.test_log
-        record = {
-            "f2p_passed": result.f2p_passed,
-            "f2p_total": result.f2p_total,
-            "p2p_passed": result.p2p_passed,
-            "p2p_total": result.p2p_total,
-            "tests": result.tests,
-            "protected_paths_touched": result.protected_paths_touched,
-            "apply_method": result.apply_method,
-            "tests_s": result.tests_s,
-            "diff_truncated": diff.truncated_reason,
-        }
+        record = {**result.record_fields(), "diff_truncated": diff.truncated_reason}
         kind = result.failure_kind if result.reward < 1.0 else None
         return EnvOutcome(result.reward, kind, result.reason, record)
 

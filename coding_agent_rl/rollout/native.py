@@ -12,10 +12,8 @@ in full, shown as the agent log by the report).
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import pathlib
-import uuid
 from typing import Any
 
 from coding_agent_rl.env.coding import NO_TOOL_CALL, CodingEnv, CodingEnvConfig
@@ -25,7 +23,7 @@ from coding_agent_rl.env.sample import fill_sample, rollout_metrics
 from coding_agent_rl.env.tools import ToolLimits
 from coding_agent_rl.rollout.config import LOCAL_BACKENDS, RolloutConfig, RolloutOutcome
 from coding_agent_rl.rollout.prompt import PROBLEM_FILE, render_prompt
-from coding_agent_rl.rollout.runner import InfraFailure, RolloutRunner, SessionHook, event
+from coding_agent_rl.rollout.runner import InfraFailure, RolloutRunner, SessionHook
 from coding_agent_rl.rollout.timing import Timings
 from coding_agent_rl.types import Sample
 
@@ -122,52 +120,17 @@ class NativeRunner(RolloutRunner):
         sampling_params: dict[str, Any] | None,
         evaluation: bool,
     ) -> RolloutOutcome:
-        sid = f"{self.run_id}-{row.instance_id}-{base.index}-{attempt}-{uuid.uuid4().hex[:6]}"
-        timings = Timings()
-        record: dict[str, Any] = {
-            "rollout_id": base.rollout_id if base.rollout_id is not None else base.index,
-            "instance_id": row.instance_id,
-            "sample_index": base.index,
-            "group_index": base.group_index,
-            "session_id": sid,
-            "reward": 0.0,
-            "failure_kind": None,
-            "abort_reason": None,
-            "agent_exit_code": None,
-            "agent_timed_out": None,
-        }
-        art = self._artifact_dir(row, base)
-        event("start", sid, instance_id=row.instance_id, index=base.index, attempt=attempt)
+        sid, timings, record, art = self._begin(row, base, attempt)
         env = self.make_env(row)
         try:
-            samples = await asyncio.wait_for(
+            samples = await self._guarded(
                 self._native(row, base, sid, env, record, timings, art, sampling_params),
-                self.config.deadline,
+                base,
+                record,
             )
-        except InfraFailure as e:
-            samples = self._abort(base, record, str(e), "infra")
-        except asyncio.TimeoutError:
-            samples = self._abort(
-                base, record, f"rollout deadline {self.config.deadline:.0f}s", "infra"
-            )
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # a bug must cost one rollout, not the batch
-            samples = self._abort(base, record, f"internal error: {type(e).__name__}: {e}", "infra")
         finally:
             await env.close()
-        record["timings"] = timings.as_dict()
-        record["profile"] = timings.profile()
-        event(
-            "end",
-            sid,
-            reward=record["reward"],
-            failure_kind=record["failure_kind"],
-            reason=record["abort_reason"] or record.get("fail_reason"),
-            turns=record.get("turns"),
-            total_s=record["timings"]["total_s"],
-        )
-        return RolloutOutcome(samples, record)
+        return self._end(sid, samples, record, timings)
 
     async def _native(
         self,

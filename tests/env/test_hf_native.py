@@ -6,43 +6,26 @@ logprob by teacher forcing over the whole sample (observations included as conte
 from __future__ import annotations
 
 import json
+import pathlib
+import sys
 
 import pytest
-import torch
 from rollout_helpers import RUN_ID, TASKS, containers
 
 from coding_agent_rl.cli import main
 from coding_agent_rl.types import Sample, Status
 
+sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "policy"))
+from test_hf import tiny_model_dir as tiny_model  # noqa: F401  (the hf: policy tests' model)
+
 pytestmark = [pytest.mark.docker]
 
 
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory, tokenizer):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    config = Qwen3Config(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=32,
-        tie_word_embeddings=True,
-        max_position_embeddings=4096,
-    )
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("tiny-qwen3")
-    Qwen3ForCausalLM(config).save_pretrained(path)
-    return path
-
-
-def test_tiny_model_turns_and_verify_logprobs(rows, tiny_model_dir, tmp_path, capsys):
+def test_tiny_model_turns_and_verify_logprobs(rows, tiny_model, tmp_path, capsys):  # noqa: F811
     out = tmp_path / "run"
     code = main(
         [
-            "run", "--dataset", str(TASKS), "--agent", "native", "--policy", f"hf:{tiny_model_dir}",
+            "run", "--dataset", str(TASKS), "--agent", "native", "--policy", f"hf:{tiny_model}",
             "--limit", "1", "--max-turns", "3", "--max-new-tokens", "12", "--max-context", "4096",
             "--temperature", "1.0", "--native-option", "on_no_tool_call=nudge",
             "--sandbox-option", f"run_id={RUN_ID}", "--out", str(out),
@@ -66,7 +49,7 @@ def test_tiny_model_turns_and_verify_logprobs(rows, tiny_model_dir, tmp_path, ca
     assert code == 0 and containers() == []
 
     code = main(
-        ["verify-logprobs", str(out / "samples.jsonl"), "--model", str(tiny_model_dir), "--json"]
+        ["verify-logprobs", str(out / "samples.jsonl"), "--model", str(tiny_model), "--json"]
     )
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["ok"] is True, report

@@ -22,6 +22,7 @@ from rollout_helpers import (
     write_script,
 )
 from slime_stand_in import RM_CALLS, SlimeSample, generate_and_rm, train_data
+from test_run_e2e import REWRITE_TESTS  # guts the visible tests, plants a conftest forcing PASSED
 
 from coding_agent_rl.env.base import EnvError
 from coding_agent_rl.env.coding import CodingEnv
@@ -33,18 +34,20 @@ pytestmark = [pytest.mark.docker]
 GIVE_UP = [{"say": "I could not find the bug, so I leave the code as it is."}]
 ILL_FORMED = [{"say": '<tool_call>\n{"name": "bash", "arguments": {"command": }\n</tool_call>'}]
 LONG = [{"shell": "seq 1 400"} for _ in range(60)]
-# Guts every visible test and adds a conftest.py hook that reports every test as passed (the
-# hack tests/rollout/test_run_e2e.py plays through Claude Code): the same grader drops it.
-REWRITE_TESTS = [
-    {
-        "shell": "cd /testbed && for f in tests/test_*.py; do "
-        "printf 'def test_ok():\\n    assert True\\n' > \"$f\"; done && "
-        "printf 'import pytest\\n\\n\\n@pytest.hookimpl(hookwrapper=True)\\n"
-        "def pytest_runtest_makereport(item, call):\\n    outcome = yield\\n"
-        '    outcome.get_result().outcome = "passed"\\n\' > conftest.py && git status --short'
-    },
-    {"tool": {"name": "submit", "arguments": {}}},
-]
+
+
+def slime_args(url: str, **extra) -> types.SimpleNamespace:
+    """slime's args for a policy server at ``url`` (Qwen3-Coder's tool-call format)."""
+    return types.SimpleNamespace(
+        hf_checkpoint=str(qwen3_tokenizer_dir()),
+        sglang_router_ip="127.0.0.1",
+        sglang_router_port=int(url.rsplit(":", 1)[1]),
+        rollout_max_context_len=16384,
+        rollout_max_response_len=8192,
+        sglang_tool_call_parser="qwen3_coder",
+        sglang_reasoning_parser="qwen3",
+        **extra,
+    )
 
 
 def native(tmp_path, **overrides):
@@ -78,7 +81,7 @@ async def test_scripted_outcomes(rows, tmp_path):
     assert "conftest.py" in r["protected_paths_touched"]  # dropped by the grader
     assert r["fail_reason"].startswith("diff only changes protected paths")
     assert "conftest.py" in (tmp_path / r["artifacts"]["diff"]).read_text()  # the hack was tried
-    assert r["turns"] == 2 and hack.samples[0].metadata["turns"][1]["info"]["submitted"] is True
+    assert r["turns"] == 2 and hack.samples[0].metadata["turns"][1]["done"] is True
     for outcome in (solved, gave_up, long, hack):
         check_outcome(outcome.samples, outcome.record)
         assert len(outcome.samples) == 1 and outcome.samples[0].metadata["segment"] == "final"
@@ -193,14 +196,8 @@ async def test_coding_env_through_slimes_call_path(rows, tmp_path, fresh_env_gen
     url = await server.start()
     config = tmp_path / "native.yaml"
     config.write_text("max_turns: 10\nrollout_interaction_env_path: coding_agent_rl.env.coding\n")
-    args = types.SimpleNamespace(
-        hf_checkpoint=str(qwen3_tokenizer_dir()),
-        sglang_router_ip="127.0.0.1",
-        sglang_router_port=int(url.rsplit(":", 1)[1]),
-        rollout_max_context_len=16384,
-        rollout_max_response_len=8192,
-        sglang_tool_call_parser="qwen3_coder",
-        sglang_reasoning_parser="qwen3",
+    args = slime_args(
+        url,
         custom_generate_function_path="coding_agent_rl.env.generate.generate",
         custom_rm_path="slime_stand_in.calc_reward",
         custom_config_path=str(config),
@@ -251,15 +248,7 @@ async def test_swe_agent_native_through_the_main_generate(rows, monkeypatch):
     script = {"rules": [task_rule(rows["slugify"], solve_steps(rows["slugify"]))]}
     server = PolicyServer(ScriptedPolicy(script), "qwen3", "qwen3_coder")
     url = await server.start()
-    args = types.SimpleNamespace(
-        hf_checkpoint=str(qwen3_tokenizer_dir()),
-        sglang_router_ip="127.0.0.1",
-        sglang_router_port=int(url.rsplit(":", 1)[1]),
-        rollout_max_context_len=16384,
-        rollout_max_response_len=8192,
-        sglang_tool_call_parser="qwen3_coder",
-        sglang_reasoning_parser="qwen3",
-    )
+    args = slime_args(url)
     for name, value in {
         "SWE_AGENT": "native",
         "CODING_AGENT_RL_DATASET_DIR": str(EXAMPLES),
