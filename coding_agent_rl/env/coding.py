@@ -25,6 +25,7 @@ from typing import Any
 
 from coding_agent_rl.adapter.parsers import parse_assistant
 from coding_agent_rl.env.base import BaseInteractionEnv, EnvOutcome, FatalEnvError
+from coding_agent_rl.env.editor import run_editor
 from coding_agent_rl.env.tools import (
     STAGING_DIR,
     TOOLS,
@@ -33,7 +34,6 @@ from coding_agent_rl.env.tools import (
     Workspace,
     error,
     run_bash,
-    run_editor,
 )
 from coding_agent_rl.grading.diff import DiffCaptureError, capture_diff
 from coding_agent_rl.grading.grade import grade

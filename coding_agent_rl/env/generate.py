@@ -28,7 +28,8 @@ import uuid
 from typing import Any
 
 from coding_agent_rl.env.base import call
-from coding_agent_rl.env.loop import ABORTED, LoopConfig, run_episode
+from coding_agent_rl.env.episode import ABORTED, LoopConfig
+from coding_agent_rl.env.loop import run_episode
 from coding_agent_rl.env.sample import abort_sample, fill_sample
 
 log = logging.getLogger(__name__)

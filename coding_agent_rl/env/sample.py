@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from coding_agent_rl.env.loop import Episode
+from coding_agent_rl.env.episode import Episode
 from coding_agent_rl.env.turns import turn_metrics
 from coding_agent_rl.types import Sample, Status, aborted_sample
 

@@ -18,7 +18,8 @@ from typing import Any
 
 from coding_agent_rl.env.coding import NO_TOOL_CALL, CodingEnv, CodingEnvConfig
 from coding_agent_rl.env.encoding import ChatEncoder
-from coding_agent_rl.env.loop import ABORTED, LoopConfig, run_episode
+from coding_agent_rl.env.episode import ABORTED, LoopConfig
+from coding_agent_rl.env.loop import run_episode
 from coding_agent_rl.env.sample import fill_sample, rollout_metrics
 from coding_agent_rl.env.tools import ToolLimits
 from coding_agent_rl.rollout.config import LOCAL_BACKENDS, RolloutConfig, RolloutOutcome

@@ -11,7 +11,7 @@ import time
 import pytest
 from rollout_helpers import RUN_ID, containers
 
-from coding_agent_rl.env import coding, tools
+from coding_agent_rl.env import coding, editor
 from coding_agent_rl.env.coding import CodingEnv, CodingEnvConfig
 from coding_agent_rl.env.tools import ToolLimits
 
@@ -182,7 +182,7 @@ async def test_editor_writes_cannot_follow_a_planted_symlink(rows, monkeypatch):
     async def root_side_write(ws, path, data, *, new):  # the defence off
         await ws.sb.write_file(path, data)
 
-    monkeypatch.setattr(tools, "_write", root_side_write)
+    monkeypatch.setattr(editor, "_write", root_side_write)
     e = env_for(rows["slugify"])
     await e.reset()
     try:

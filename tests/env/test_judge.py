@@ -11,8 +11,9 @@ from calc_env import TOOLS, CalcEnv, call_text
 
 from coding_agent_rl.env import judge as judge_mod
 from coding_agent_rl.env.base import EnvOutcome
+from coding_agent_rl.env.episode import LoopConfig
 from coding_agent_rl.env.judge import JudgeConfig, JudgeEnv, OpenAIJudge, SGLangJudge
-from coding_agent_rl.env.loop import LoopConfig, run_episode
+from coding_agent_rl.env.loop import run_episode
 from coding_agent_rl.policy.base import TextPolicy
 
 PROMPT = [{"role": "user", "content": "Compute 1 + 2, then answer."}]
