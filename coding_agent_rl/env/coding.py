@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from coding_agent_rl.adapter.parsers import parse_assistant
+from coding_agent_rl.adapter.parsers.xml_calls import convert
 from coding_agent_rl.env.base import BaseInteractionEnv, EnvOutcome, FatalEnvError
 from coding_agent_rl.env.editor import run_editor
 from coding_agent_rl.env.tools import (
@@ -166,7 +167,7 @@ class CodingEnv(BaseInteractionEnv):
                 results.append({"name": "submit", "content": "Submitted."})
                 done = True
                 break
-            result = await self._run_tool(str(name), args)
+            result = await self._run_tool(str(name), _typed(str(name), args))
             results.append({"name": str(name), "content": result.text})
         obs = {"obs_str": "\n\n".join(r["content"] for r in results), "tool_results": results}
         self.transcript.append((response_text, obs["obs_str"]))
@@ -245,6 +246,20 @@ class CodingEnv(BaseInteractionEnv):
         ahead, self.ahead = self.ahead, None
         if ahead is not None:
             await ahead.close()
+
+
+def _typed(name: str, args: Any) -> Any:
+    """String values typed with the tool's schema. Calls are parsed without the tool list (so an
+    unknown tool is answered, not dropped as text), which leaves Qwen3-Coder's XML values as
+    strings: ``insert_line`` "3" becomes 3, as the parser would type it."""
+    spec = next((t["function"] for t in TOOLS if t["function"]["name"] == name), None)
+    if spec is None or not isinstance(args, dict):
+        return args
+    props = spec["parameters"].get("properties") or {}
+    return {
+        k: convert(v, props.get(k)) if isinstance(v, str) and k in props else v
+        for k, v in args.items()
+    }
 
 
 def build_env(sample: Any = None, args: Any = None, **_: Any) -> CodingEnv:

@@ -233,3 +233,29 @@ async def test_tool_calls_per_reply_are_capped(rows):
         assert out.splitlines()[:2] == ["0", "1"] and "2" not in out.splitlines()
     finally:
         await e.close()
+
+
+def xml_call(name: str, **arguments) -> str:
+    """A call as Qwen3-Coder writes it: every value as text."""
+    params = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in arguments.items())
+    return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
+
+
+async def test_qwen3_coder_calls_are_typed_by_the_tool_schema(rows):
+    """Qwen3-Coder's XML calls carry strings; the editor's integer arguments are typed as the
+    parser types them with a schema (the env parses without the tool list, to answer unknown
+    tools)."""
+    e = env_for(rows["slugify"], tool_parser="qwen3_coder")
+    await e.reset()
+    try:
+        obs, _, _ = await e.step(
+            xml_call("file_editor", command="create", path="n.txt", file_text="x")
+        )
+        assert obs["obs_str"] == "Created /testbed/n.txt."
+        step = xml_call("file_editor", command="insert", path="n.txt", insert_line=0, new_str="hi")
+        obs, done, _ = await e.step(step)
+        assert not done and obs["obs_str"].startswith("Inserted into /testbed/n.txt"), obs
+        obs, done, _ = await e.step(xml_call("Read", path="a"))
+        assert not done and "unknown tool 'Read'" in obs["obs_str"]
+    finally:
+        await e.close()
