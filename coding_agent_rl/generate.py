@@ -9,7 +9,8 @@ background thread (``ADAPTER_PORT``, else ephemeral), SGLang at ``args.sglang_ro
 Read from ``args``: ``rollout_max_context_len`` (prompt + response per sample and per turn),
 ``rollout_max_response_len`` (response tokens per sample: a longer one is cut and TRUNCATED),
 ``sglang_tool_call_parser``, ``sglang_reasoning_parser``. Environment: ``SWE_AGENT``
-(claude_code | codex | ...), ``CODING_AGENT_RL_SANDBOX`` (docker | e2b | local),
+(claude_code | codex | ... | native: the policy's tool calls run by the coding environment
+through the native loop, ``coding_agent_rl/env/``), ``CODING_AGENT_RL_SANDBOX`` (docker | e2b | local),
 ``SWE_AGENT_TIME_BUDGET_SEC``, ``SWE_EVAL_TIMEOUT_SEC``, ``SWE_ROLLOUT_DEADLINE_SEC``,
 ``CODING_AGENT_RL_REWARD_MODE`` (full | split), ``SWE_CC_PROMPT``, ``CODING_AGENT_RL_OUT_DIR``;
 ``SWE_BOOT_CONCURRENCY`` and ``ADAPTER_PUBLIC_HOST`` / ``ADAPTER_BIND_HOST`` are read by the
@@ -81,8 +82,16 @@ def runtime_config_from_args(args: Any) -> Any:
         model_name=os.environ.get("CODING_AGENT_RL_MODEL_NAME", "policy"),
         out_dir=pathlib.Path(out_dir) if out_dir else None,
     )
+    agent = os.environ.get("SWE_AGENT", "claude_code")
+    native: dict[str, Any] = {}
+    if agent == "native":  # the native loop's budgets, as slime names them
+        native = {
+            "max_turns": getattr(args, "max_turns", None),
+            "max_response": getattr(args, "rollout_max_response_len", None),
+        }
     return RuntimeConfig(
-        agent=os.environ.get("SWE_AGENT", "claude_code"),
+        agent=agent,
+        harness_options={k: v for k, v in native.items() if v is not None},
         sglang_url=f"http://{host}:{port}",
         tokenizer=getattr(args, "hf_checkpoint", None) or "qwen3",
         tool_parser=getattr(args, "sglang_tool_call_parser", None) or "qwen25",

@@ -187,6 +187,20 @@ class Renderer:
         Give all tool results of one step in one call: the template groups consecutive tool
         messages into a single user turn.
         """
+        ids = list(prefix_ids)  # one copy; the stored list is never mutated
+        ids += self.delta(prefix_ids, prefix_finish, new_messages, tools)
+        return ids
+
+    def delta(
+        self,
+        prefix_ids: list[int],
+        prefix_finish: str,
+        new_messages: list[dict],
+        tools: list[dict] | None,
+    ) -> list[int]:
+        """Only the tokens :meth:`extend` appends to ``prefix_ids`` (the closing of the previous
+        assistant turn, the new messages, the generation prompt); ``prefix_ids`` is only read.
+        The native multi-turn loop appends these to its sample as observation tokens."""
         for message in new_messages:
             if message.get("role") == "assistant":
                 raise ValueError(
@@ -194,7 +208,4 @@ class Renderer:
                     "assistant turns come from stored output tokens"
                 )
         delta = self._delta_text(new_messages, tools if self._delta_needs_tools else None)
-        ids = list(prefix_ids)  # one copy; the stored list is never mutated
-        ids += self.closing_ids(prefix_ids, prefix_finish)
-        ids += self._encode(delta)
-        return ids
+        return [*self.closing_ids(prefix_ids, prefix_finish), *self._encode(delta)]

@@ -27,6 +27,7 @@ BENCHMARKS = {
     "sandbox": "sandbox create/destroy, exec and completion detection vs the docker CLI",
     "adapter": "incremental vs full prompt rendering on a long agent session",
     "rollout": "end-to-end rollouts on the bundled tasks",
+    "native": "the native loop: per-turn overhead at 32k context, rollouts/min vs Claude Code",
 }
 
 

@@ -14,7 +14,12 @@ SANDBOXES = ("docker", "local", "e2b")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", required=True, help="JSONL of task rows")
-    p.add_argument("--agent", default="claude_code", help="harness name (claude_code, codex, ...)")
+    p.add_argument(
+        "--agent",
+        default="claude_code",
+        help="harness name (claude_code, codex, ...), or 'native': the policy's own tool calls "
+        "run by the coding environment, no agent CLI",
+    )
     p.add_argument("--sandbox", default="docker", choices=SANDBOXES)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--sglang-url", help="a served policy (SGLang server or router)")
@@ -35,6 +40,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=4096)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--reward-mode", choices=("full", "split"), default="full")
+    p.add_argument(
+        "--max-turns", type=int, help="model turns per rollout (native default: 50; CLIs: no cap)"
+    )
+    p.add_argument(
+        "--native-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="native agent option, e.g. on_no_tool_call=nudge, max_response=8192, "
+        "bash_timeout_s=60 (repeatable; see rollout/native.py NativeOptions)",
+    )
     p.add_argument(
         "--sandbox-option",
         action="append",
@@ -63,6 +79,9 @@ def build_config(args: argparse.Namespace):
 
     if args.concurrency < 1 or args.n_samples < 1:
         raise UserError("--concurrency and --n-samples must be >= 1")
+    if args.max_turns is not None and args.max_turns < 1:
+        raise UserError("--max-turns must be >= 1")
+    native = native_options(args)
     if args.policy and not (
         args.policy == "replay" or args.policy.startswith(("scripted:", "hf:"))
     ):
@@ -75,6 +94,7 @@ def build_config(args: argparse.Namespace):
         tool_parser=args.tool_parser,
         reasoning_parser=None if args.reasoning_parser == "none" else args.reasoning_parser,
         sampling_defaults={"max_new_tokens": args.max_new_tokens, "temperature": args.temperature},
+        harness_options=native,
         rollout=RolloutConfig(
             backend=args.sandbox,
             sandbox_options=parse_options(args.sandbox_option),
@@ -82,9 +102,32 @@ def build_config(args: argparse.Namespace):
             eval_timeout_s=args.eval_timeout,
             max_context=args.max_context,
             reward_mode=args.reward_mode,
+            max_turns=args.max_turns,
             out_dir=args.out,
         ),
     )
+
+
+def native_options(args: argparse.Namespace) -> dict[str, object]:
+    """``--native-option`` values, checked against the native agent's settings."""
+    import dataclasses
+
+    from coding_agent_rl.rollout.native import NATIVE, NativeOptions
+
+    options = parse_options(getattr(args, "native_option", None) or [])
+    if options and args.agent != NATIVE:
+        raise UserError("--native-option applies to --agent native only")
+    known = {f.name for f in dataclasses.fields(NativeOptions)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise UserError(
+            f"unknown --native-option {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
+    try:
+        NativeOptions(**options)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as e:
+        raise UserError(f"--native-option: {e}") from e
+    return options
 
 
 def load_rows(path: str, limit: int | None) -> list:
@@ -100,10 +143,12 @@ def load_rows(path: str, limit: int | None) -> list:
 def run(args: argparse.Namespace) -> int:
     from coding_agent_rl.harness import HARNESSES
     from coding_agent_rl.rollout.batch import run_batch
+    from coding_agent_rl.rollout.native import NATIVE
     from coding_agent_rl.rollout.outputs import RunWriter
 
-    if args.agent not in HARNESSES.names():
-        raise UserError(f"unknown agent {args.agent!r}; known: {', '.join(HARNESSES.names())}")
+    if args.agent not in (*HARNESSES.names(), NATIVE):
+        known = ", ".join([*HARNESSES.names(), NATIVE])
+        raise UserError(f"unknown agent {args.agent!r}; known: {known}")
     rows = load_rows(args.dataset, args.limit)
     config = build_config(args)
     if args.sandbox == "local":  # read-only images: what rollouts write, the CLI bound in

@@ -65,6 +65,19 @@ class GradeResult:
     def solved(self) -> bool:
         return self.reward >= 1.0 and self.failure_kind is None
 
+    def record_fields(self) -> dict[str, Any]:
+        """What a rollout's ``results.jsonl`` line carries of this result (CLI and native)."""
+        return {
+            "f2p_passed": self.f2p_passed,
+            "f2p_total": self.f2p_total,
+            "p2p_passed": self.p2p_passed,
+            "p2p_total": self.p2p_total,
+            "tests": self.tests,
+            "protected_paths_touched": self.protected_paths_touched,
+            "apply_method": self.apply_method,
+            "tests_s": self.tests_s,
+        }
+
     def to_metadata(self) -> dict[str, Any]:
         """The fields a Sample's ``metadata`` carries (the log and per-test map left out)."""
         d = dataclasses.asdict(self)

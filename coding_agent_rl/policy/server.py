@@ -40,6 +40,7 @@ class PolicyServer:
             self.tokenizer_path = getattr(tokenizer, "name_or_path", "")
         self.policy = policy
         self.env = PolicyEnv(tokenizer=tokenizer, tool_parser=tool_parser)
+        self.weight_version = "0"  # reported in meta_info, as SGLang reports its weights' version
         self.in_flight: dict[str, GenerateRequest] = {}
         self.aborted_rids: list[str] = []  # every rid /abort_request named ("*": abort_all)
         self.weight_version = "0"  # reported per reply as meta_info.weight_version

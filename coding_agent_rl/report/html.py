@@ -88,10 +88,16 @@ def _row(rollout: Any, max_total: float) -> Row:
             if v:
                 bars.append((phase, 100.0 * v / max_total))
     metrics = r.get("metrics") if isinstance(r.get("metrics"), dict) else {}
-    reason = r.get("abort_reason") or r.get("fail_reason") or metrics.get("truncation_reason") or ""
+    reason = r.get("abort_reason") or r.get("fail_reason") or ""
     exit_code = r.get("agent_exit_code")
     if not reason and isinstance(exit_code, int) and exit_code != 0:
         reason = f"agent exit code {exit_code}"
+    notes = [reason] if reason else []
+    if metrics.get("truncation_reason"):
+        notes.append(f"truncated: {metrics['truncation_reason']}")
+    if num(metrics.get("env_retries")):
+        notes.append(f"{int(metrics['env_retries'])} env retries")
+    reason = " · ".join(notes)
     segments = r.get("num_segments")
     return Row(
         key=rollout.key,

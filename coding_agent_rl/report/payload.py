@@ -52,18 +52,53 @@ def _scalar_meta(meta: dict[str, Any]) -> list[list[Any]]:
     return out
 
 
+TURN_TEXT_CHARS = 2000  # of each action / observation preview embedded per turn
+
+
+def turns_payload(turns: Any) -> list[dict[str, Any]] | None:
+    """A native sample's ``metadata.turns`` (one dict per turn) for the turns table: ``i`` index,
+    ``a`` action, ``o`` observation, ``s`` sampled / ``ot`` observation tokens, ``f`` finish,
+    ``g`` / ``e`` generate / env seconds, ``r`` retries (``rt`` by type), ``d`` done."""
+    if not isinstance(turns, list):
+        return None
+    out = []
+    for t in turns:
+        if not isinstance(t, dict):
+            continue
+        retry_types = t.get("retry_types") if isinstance(t.get("retry_types"), dict) else {}
+        out.append(
+            {
+                "i": t.get("index"),
+                "a": str(t.get("action") or "")[:TURN_TEXT_CHARS],
+                "o": str(t.get("observation") or "")[:TURN_TEXT_CHARS],
+                "s": t.get("sampled"),
+                "ot": t.get("observation_tokens"),
+                "f": t.get("finish"),
+                "g": _finite(t.get("generate_s")),
+                "e": _finite(t.get("env_s")),
+                "r": t.get("retries") or 0,
+                "rt": ", ".join(f"{k} x{v}" for k, v in retry_types.items()),
+                "d": bool(t.get("done")),
+            }
+        )
+    return out
+
+
 def sample_payload(sample: dict[str, Any]) -> dict[str, Any]:
     """One sample: ``t`` ids, ``p`` prompt length, ``m`` trained spans, ``lp`` trained logprobs,
-    ``nt`` trained count, ``mlp`` their mean, ``seg``/``si``/``ns`` segment label, index, count."""
+    ``nt`` trained count, ``mlp`` their mean, ``seg``/``si``/``ns`` segment label, index, count,
+    ``tl`` the per-turn list of a native sample (:func:`turns_payload`)."""
     meta = sample.get("metadata") or {}
     reward = sample.get("reward")
+    turns = meta.get("turns")
     out: dict[str, Any] = {
         "seg": meta.get("segment"),
         "si": meta.get("segment_index"),
         "ns": meta.get("num_segments"),
         "status": sample.get("status"),
         "reward": reward if isinstance(reward, dict) else _finite(reward),
-        "turns": meta.get("turns"),
+        "turns": len(turns) if isinstance(turns, list) else turns,
+        "tl": turns_payload(turns),
         "remove": bool(sample.get("remove_sample")),
         "abort": meta.get("abort_reason"),
         "index": sample.get("index"),

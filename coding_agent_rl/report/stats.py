@@ -95,6 +95,21 @@ class Summary:
     groups_mixed: int  # groups whose rewards differ: the only ones with a GRPO signal
     groups_all_zero: int
     outcomes: dict[str, int]
+    turns_p50: float | None = None  # model turns per rollout
+    truncated: dict[str, int] = dataclasses.field(default_factory=dict)  # by truncation reason
+    env_retries: int = 0  # native loop: environment steps retried
+
+
+def _turn_figures(results: list[dict[str, Any]]) -> tuple[float | None, dict[str, int], int]:
+    turns = [v for r in results if (v := num(r.get("turns"))) is not None]
+    truncated: dict[str, int] = defaultdict(int)
+    retries = 0
+    for r in results:
+        metrics = r.get("metrics") if isinstance(r.get("metrics"), dict) else {}
+        if metrics.get("truncation_reason"):
+            truncated[str(metrics["truncation_reason"])] += 1
+        retries += int(num(metrics.get("env_retries")) or 0)
+    return percentile(turns, 50), dict(truncated), retries
 
 
 def _timings(run: RunData) -> list[PhaseTiming]:
@@ -153,6 +168,7 @@ def summarize(run: RunData) -> Summary:
     if not isinstance(samples, int):
         samples = sum(len(r.samples) for r in run.rollouts) or None
 
+    turns_p50, truncated, env_retries = _turn_figures(results)
     return Summary(
         total=int(s["total"]) if num(s.get("total")) is not None else len(run.rollouts),
         solved=int(s["solved"]) if num(s.get("solved")) is not None else outcomes["solved"],
@@ -170,4 +186,7 @@ def summarize(run: RunData) -> Summary:
         groups_mixed=sum(1 for g in groups.values() if max(g) - min(g) > 1e-9),
         groups_all_zero=sum(1 for g in groups.values() if max(g) <= 0.0),
         outcomes=dict(outcomes),
+        turns_p50=turns_p50,
+        truncated=truncated,
+        env_retries=env_retries,
     )

@@ -23,5 +23,5 @@ def local_sandbox_options(rows: Iterable[Any], agent: str) -> dict[str, Any]:
     Blocking: the agent CLI is fetched and unpacked into the host cache on first use.
     """
     writable = {"/etc", posixpath.dirname(RUN_ROOT), *(row.workdir for row in rows)}
-    mounts = get_harness(agent).host_mounts()
+    mounts = {} if agent == "native" else get_harness(agent).host_mounts()  # native: no CLI
     return {"network": "host", "writable": sorted(writable), "mounts": mounts}

@@ -132,8 +132,51 @@ class RolloutRunner:
         sampling_params: dict[str, Any] | None,
         evaluation: bool,
     ) -> RolloutOutcome:
+        sid, timings, record, art = self._begin(row, base, attempt)
+        # The trainer's sampling params win over what the CLI asks for (its max_tokens,
+        # temperature): the tokens are trained as sampled under them; max_new_tokens is a cap.
+        # The trainer's session id (slime: a uuid per sample) routes every turn to one engine.
+        self.adapter.sessions.open(
+            sid,
+            sampling_fixed=sampling_params,
+            max_turns=self.config.max_turns,
+            metadata={"routing_key": base.session_id} if base.session_id else None,
+        )
+        try:
+            samples = await self._guarded(
+                self._pipeline(row, base, sid, record, timings, art, evaluation), base, record
+            )
+        finally:
+            with contextlib.suppress(Exception):
+                self.adapter.sessions.close(sid)
+                self.adapter.sessions.pop(sid)
+                self.adapter.engine.forget(sid)
+        return self._end(sid, samples, record, timings)
+
+    async def _guarded(
+        self, work: Awaitable[list[Sample]], base: Sample, record: dict[str, Any]
+    ) -> list[Sample]:
+        """``work`` within the rollout deadline; a failure becomes the aborted placeholder."""
+        try:
+            return await asyncio.wait_for(work, self.config.deadline)
+        except RolloutAborted as e:
+            return self._abort(base, record, str(e), "aborted")
+        except (InfraFailure, SandboxError) as e:
+            return self._abort(base, record, f"{type(e).__name__}: {e}", "infra")
+        except asyncio.TimeoutError:
+            reason = f"rollout deadline {self.config.deadline:.0f}s"
+            return self._abort(base, record, reason, "infra")
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a bug must cost one rollout, not the batch
+            log.exception("rollout %s crashed", record["session_id"])
+            return self._abort(base, record, f"internal error: {type(e).__name__}: {e}", "infra")
+
+    def _begin(
+        self, row: Any, base: Sample, attempt: int
+    ) -> tuple[str, Timings, dict[str, Any], pathlib.Path | None]:
+        """An attempt's session id, timings, ``results.jsonl`` record and artifact folder."""
         sid = f"{self.run_id}-{row.instance_id}-{base.index}-{attempt}-{uuid.uuid4().hex[:6]}"
-        timings = Timings()
         record: dict[str, Any] = {
             "rollout_id": base.rollout_id if base.rollout_id is not None else base.index,
             "instance_id": row.instance_id,
@@ -146,42 +189,14 @@ class RolloutRunner:
             "agent_exit_code": None,
             "agent_timed_out": None,
         }
-        art = self._artifact_dir(row, base)
-        event("start", sid, instance_id=row.instance_id, index=base.index, attempt=attempt)
-        # The trainer's sampling params win over what the CLI asks for (its max_tokens,
-        # temperature): the tokens are trained as sampled under them; max_new_tokens is a cap.
-        # The trainer's session id (slime: a uuid per sample) routes every turn to one engine.
         if base.session_id:
             record["routing_key"] = base.session_id
-        self.adapter.sessions.open(
-            sid,
-            sampling_fixed=sampling_params,
-            max_turns=self.config.max_turns,
-            metadata={"routing_key": base.session_id} if base.session_id else None,
-        )
-        try:
-            samples = await asyncio.wait_for(
-                self._pipeline(row, base, sid, record, timings, art, evaluation),
-                self.config.deadline,
-            )
-        except RolloutAborted as e:
-            samples = self._abort(base, record, str(e), "aborted")
-        except (InfraFailure, SandboxError) as e:
-            samples = self._abort(base, record, f"{type(e).__name__}: {e}", "infra")
-        except asyncio.TimeoutError:
-            samples = self._abort(
-                base, record, f"rollout deadline {self.config.deadline:.0f}s", "infra"
-            )
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # a bug must cost one rollout, not the batch
-            log.exception("rollout %s crashed", sid)
-            samples = self._abort(base, record, f"internal error: {type(e).__name__}: {e}", "infra")
-        finally:
-            with contextlib.suppress(Exception):
-                self.adapter.sessions.close(sid)
-                self.adapter.sessions.pop(sid)
-                self.adapter.engine.forget(sid)
+        event("start", sid, instance_id=row.instance_id, index=base.index, attempt=attempt)
+        return sid, Timings(), record, self._artifact_dir(row, base)
+
+    def _end(
+        self, sid: str, samples: list[Sample], record: dict[str, Any], timings: Timings
+    ) -> RolloutOutcome:
         record["timings"] = timings.as_dict()
         record["profile"] = timings.profile()
         event(
@@ -190,6 +205,7 @@ class RolloutRunner:
             reward=record["reward"],
             failure_kind=record["failure_kind"],
             reason=record["abort_reason"] or record.get("fail_reason"),
+            turns=record.get("turns"),
             total_s=record["timings"]["total_s"],
         )
         return RolloutOutcome(samples, record)
@@ -295,16 +311,7 @@ class RolloutRunner:
                     timings.steps["grading_wait"] = max(0.0, ahead.ready_at - t_grade)
         self._write_artifact(art, "test_log.txt", result.test_log)
         record.update(
-            reward=result.reward,
-            f2p_passed=result.f2p_passed,
-            f2p_total=result.f2p_total,
-            p2p_passed=result.p2p_passed,
-            p2p_total=result.p2p_total,
-            tests=result.tests,
-            protected_paths_touched=result.protected_paths_touched,
-            apply_method=result.apply_method,
-            tests_s=result.tests_s,
-            diff_truncated=diff.truncated_reason,
+            reward=result.reward, **result.record_fields(), diff_truncated=diff.truncated_reason
         )
         if result.failure_kind == "infra":
             raise InfraFailure(f"grading: {result.reason}")

@@ -43,6 +43,7 @@ class Runtime:
         self.adapter: Any = None
         self.runner: RolloutRunner | None = None
         self.tokenizer: Any = None
+        self.engine: Any = None  # the native agent's SGLang client
 
     async def start(self) -> Runtime:
         from coding_agent_rl.adapter.render import Renderer
@@ -67,6 +68,9 @@ class Runtime:
                 async def on_open(sid: str, row: Any) -> None:
                     server.register(sid, patch=row.patch or "", workdir=row.workdir)
 
+        if cfg.agent == "native":  # the policy acts through tool calls: no adapter, no CLI
+            self.runner = self._native_runner(sglang_url, on_open)
+            return self
         sampling = {"max_new_tokens": 4096, **cfg.sampling_defaults}
         self.adapter = AdapterServer(
             AdapterConfig(
@@ -99,7 +103,27 @@ class Runtime:
         )
         return self
 
+    def _native_runner(self, sglang_url: str | None, on_open: Any) -> Any:
+        from coding_agent_rl.adapter.sglang import SGLangClient
+        from coding_agent_rl.env.encoding import ChatEncoder
+        from coding_agent_rl.rollout.native import NativeOptions, NativeRunner
+
+        cfg = self.config
+        assert sglang_url is not None
+        self.engine = SGLangClient(sglang_url)
+        return NativeRunner(
+            engine=self.engine,
+            encoder=ChatEncoder(self.tokenizer),
+            config=cfg.rollout,
+            options=NativeOptions(**cfg.harness_options),
+            tool_parser=cfg.tool_parser,
+            reasoning_parser=cfg.reasoning_parser,
+            on_session_open=on_open,
+        )
+
     async def stop(self) -> None:
+        if self.engine is not None:
+            await self.engine.close()
         if self.adapter is not None:
             if self.config.in_thread:
                 self.adapter.stop_thread()

@@ -1,0 +1,33 @@
+"""The native multi-turn loop: the policy acts through tool calls, an environment executes them.
+
+* ``base.py`` — the environment contract (slime's ``BaseInteractionEnv``), env errors, outcomes;
+* ``encoding.py`` — prompt and observation tokens (the dummy-messages delta);
+* ``loop.py`` — :func:`run_episode`: generate, step, append; budgets, retries
+  (``episode.py``: its config and result);
+* ``turns.py`` — per-turn records, events and metrics; ``sample.py`` — episode -> Sample;
+* ``coding.py`` + ``tools.py`` + ``editor.py`` — the coding environment (bash, file editor,
+  submit) on our sandboxes and grader; ``judge.py`` — an LLM-as-judge wrapper environment;
+* ``generate.py`` — slime's ``--custom-generate-function-path coding_agent_rl.env.generate.generate``.
+"""
+
+from __future__ import annotations
+
+from coding_agent_rl.env.base import BaseInteractionEnv, EnvError, EnvOutcome, FatalEnvError
+from coding_agent_rl.env.encoding import ChatEncoder, Encoded, ObservationError
+from coding_agent_rl.env.episode import Episode, LoopConfig
+from coding_agent_rl.env.loop import run_episode
+from coding_agent_rl.env.turns import TurnRecord
+
+__all__ = [
+    "BaseInteractionEnv",
+    "ChatEncoder",
+    "Encoded",
+    "EnvError",
+    "EnvOutcome",
+    "Episode",
+    "FatalEnvError",
+    "LoopConfig",
+    "ObservationError",
+    "TurnRecord",
+    "run_episode",
+]

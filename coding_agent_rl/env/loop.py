@@ -1,0 +1,296 @@
+"""The native multi-turn loop: generate on token ids, step the environment, append, repeat.
+
+Encode the prompt once; each turn generate with SGLang on ``input_ids`` (token ids in, token ids
+and logprobs out), append the sampled tokens with loss mask 1, step the environment with the
+decoded text, stop if it is done, else append the observation's delta tokens (``encoding.py``)
+with loss mask 0 and logprob 0.
+
+Termination (``Episode.end``):
+
+* ``done`` — the environment said so (``completed``);
+* ``max_turns`` — the turn budget is spent (``completed``, as slime marks it); the last turn's
+  action is executed, its observation is not appended (nothing would be trained after it);
+* ``context_budget`` / ``response_budget`` — the token budget shared by sampled and observation
+  tokens is spent: ``max_context`` bounds prompt + response, ``max_response`` the response
+  (``truncated``). The limits are never exceeded: ``max_new_tokens`` is capped by the room left,
+  and an observation that would not leave room for one more sampled token is not appended;
+* ``length`` — only with ``stop_on_length`` (slime's example loop stops there): the engine
+  stopped at the turn's own ``max_new_tokens`` (``truncated``). By default a reply cut that way
+  is an ordinary turn: the environment sees the cut text (usually an ill-formed call) and the
+  template's end-of-turn tokens close it before the observation, as an agent CLI would go on;
+* ``abort`` / ``policy_error`` / ``env_failure`` / ``bad_observation`` / ``prompt_too_long`` —
+  the episode is ``aborted`` with ``failure_kind`` infra (data for a prompt that does not fit).
+
+Env retries: a failing ``step`` is retried in a bounded loop (``max_env_retries_per_turn`` per
+turn, exponential back-off, ``env.reset()`` first when the error asks for it); the turn is
+counted once, after the successful step, with its retries by exception type.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from coding_agent_rl.adapter.errors import UpstreamError
+from coding_agent_rl.env.base import EnvError, FatalEnvError, call, split_reset, split_step
+from coding_agent_rl.env.encoding import ChatEncoder, Encoded, ObservationError
+from coding_agent_rl.env.episode import ABORTED, TRUNCATED, Episode, LoopConfig
+from coding_agent_rl.env.turns import TurnRecord, preview, turn_event
+
+log = logging.getLogger(__name__)
+
+BACKOFF_CAP_S = 5.0
+
+
+class Engine(Protocol):
+    """What the loop generates with: :class:`~coding_agent_rl.adapter.sglang.SGLangClient`."""
+
+    async def generate(
+        self, input_ids: list[int], sampling_params: dict[str, Any], *, routing_key: str
+    ) -> Any: ...
+
+
+class _Stop(Exception):
+    """Ends the episode: ``end`` / ``status`` / ``reason`` / ``kind``."""
+
+    def __init__(self, end: str, status: str, reason: str | None = None, kind: str | None = None):
+        super().__init__(reason or end)
+        self.end, self.status, self.reason, self.kind = end, status, reason, kind
+
+
+TurnHook = Callable[[TurnRecord], Awaitable[None] | None]
+
+
+class _Loop:
+    def __init__(
+        self,
+        env: Any,
+        engine: Engine,
+        encoder: ChatEncoder,
+        config: LoopConfig,
+        sampling_params: dict[str, Any],
+        routing_key: str,
+    ):
+        self.env, self.engine, self.encoder, self.config = env, engine, encoder, config
+        self.sampling = dict(sampling_params or {})
+        self.routing_key = routing_key
+        self.tokens: list[int] = []
+        self.tools: list[dict] | None = None
+        self.ep = Episode(prompt_ids=[])
+
+    # ---- budgets ------------------------------------------------------------------------------
+    def room(self) -> tuple[int | None, str]:
+        """Tokens that may still be appended, and which budget binds (None: unbounded)."""
+        limits = []
+        if self.config.max_context is not None:
+            limits.append((self.config.max_context - len(self.tokens), "context_budget"))
+        if self.config.max_response is not None:
+            limits.append((self.config.max_response - len(self.ep.response_ids), "response_budget"))
+        if not limits:
+            return None, ""
+        return min(limits)
+
+    def params(self, room: int | None) -> dict[str, Any]:
+        params = dict(self.sampling)
+        if room is not None:
+            asked = params.get("max_new_tokens")
+            params["max_new_tokens"] = room if asked is None else min(int(asked), room)
+        stops = set(params.get("stop_token_ids") or []) | set(self.encoder.stop_token_ids)
+        params["stop_token_ids"] = sorted(stops)
+        return params
+
+    # ---- env calls with retries ---------------------------------------------------------------
+    async def _guarded(self, fn: Any, *args: Any) -> Any:
+        result = fn(*args)
+        if inspect.isawaitable(result):
+            result = await asyncio.wait_for(result, self.config.env_step_timeout_s)
+        return result
+
+    async def retrying(self, what: str, record: TurnRecord, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` with the turn's retry budget; ends the episode when it is spent."""
+        while True:
+            try:
+                return await self._guarded(fn, *args)
+            except asyncio.CancelledError:
+                raise
+            except FatalEnvError as e:
+                raise _Stop(
+                    "env_failure", ABORTED, f"{what}: {type(e).__name__}: {e}", "infra"
+                ) from e
+            except Exception as e:
+                record.count_retry(e)
+                if record.retries > self.config.max_env_retries_per_turn:
+                    raise _Stop(
+                        "env_failure",
+                        ABORTED,
+                        f"{what} failed {record.retries} times "
+                        f"(last: {type(e).__name__}: {str(e)[:300]})",
+                        "infra",
+                    ) from e
+                log.warning(
+                    "%s failed (%s: %s); retry %d", what, type(e).__name__, e, record.retries
+                )
+                delay = self.config.env_retry_backoff_s * 2 ** (record.retries - 1)
+                await asyncio.sleep(min(delay, BACKOFF_CAP_S))
+                if isinstance(e, EnvError) and e.reset:
+                    await self.retrying(f"{what} (reset)", record, self.env.reset)
+
+    # ---- the episode --------------------------------------------------------------------------
+    async def start(self, prompt: Any, tools: list[dict] | None) -> None:
+        t0 = time.perf_counter()
+        setup = TurnRecord(index=-1)
+        try:
+            result = await self.retrying("env.reset", setup, self.env.reset)
+        finally:
+            self.ep.reset_retries = setup.retry_types
+            self.ep.reset_s = time.perf_counter() - t0
+        observation, info = split_reset(result)
+        self.ep.reset_info = info
+        if isinstance(observation, dict) and isinstance(observation.get("messages"), list):
+            prompt = observation["messages"]
+            tools = observation.get("tools", tools)
+        self.tools = tools if tools is not None else getattr(self.env, "tools", None)
+        try:
+            if isinstance(prompt, str):
+                encoded = self.encoder.prompt_text(prompt)
+            elif isinstance(prompt, list):
+                encoded = self.encoder.prompt(prompt, self.tools)
+            else:
+                raise ObservationError(f"no prompt: the sample's prompt is {type(prompt).__name__}")
+        except ObservationError as e:
+            raise _Stop("bad_observation", ABORTED, f"prompt: {e}", "data") from e
+        self.ep.prompt_ids = list(encoded.ids)
+        self.tokens = list(encoded.ids)
+        self._add_media(encoded)
+        room, budget = self.room()
+        if room is not None and room <= 0:
+            raise _Stop(
+                "prompt_too_long",
+                ABORTED,
+                f"the prompt is {len(self.tokens)} tokens: no room left under the {budget}",
+                "data",
+            )
+
+    def _add_media(self, encoded: Encoded) -> None:
+        self.ep.image_data.extend(encoded.image_data)
+        if encoded.multimodal_train_inputs:
+            self.ep.multimodal_train_chunks.append(encoded.multimodal_train_inputs)
+
+    def _append(self, ids: list[int], logprobs: list[float] | None) -> None:
+        self.tokens.extend(ids)
+        self.ep.response_ids.extend(ids)
+        self.ep.loss_mask.extend([1 if logprobs is not None else 0] * len(ids))
+        self.ep.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
+
+    async def turn(self, index: int, last: bool, on_turn: TurnHook | None) -> TurnRecord:
+        """One turn; its record is logged (and handed to ``on_turn``) however the turn ends."""
+        room, budget = self.room()
+        if room is not None and room <= 0:
+            raise _Stop(budget, TRUNCATED, f"no room left under the {budget}")
+        record = TurnRecord(index=index)
+        t0 = time.perf_counter()
+        try:
+            await self._turn(record, room, budget, last)
+        finally:
+            record.loop_s = max(0.0, time.perf_counter() - t0 - record.generate_s - record.env_s)
+            if record in self.ep.turns:
+                turn_event(self.routing_key, record)
+        if on_turn is not None:
+            await call(on_turn, record)
+        return record
+
+    async def _turn(self, record: TurnRecord, room: int | None, budget: str, last: bool) -> None:
+        params = self.params(room)
+        t_gen = time.perf_counter()
+        try:
+            gen = await self.engine.generate(self.tokens, params, routing_key=self.routing_key)
+        except UpstreamError as e:
+            raise _Stop("policy_error", ABORTED, f"policy server: {e}", "infra") from e
+        record.generate_s = time.perf_counter() - t_gen
+        record.sampled, record.finish = len(gen.output_ids), gen.finish_reason
+        self._append(list(gen.output_ids), list(gen.logprobs))
+        if getattr(gen, "weight_version", None) is not None:
+            self.ep.weight_versions.append(gen.weight_version)
+        self.ep.turns.append(record)
+        if gen.finish_reason == "abort":
+            raise _Stop("abort", ABORTED, "the engine aborted the request", "infra")
+        if gen.finish_reason == "length":
+            capped = room is not None and params["max_new_tokens"] >= room
+            if capped or self.config.stop_on_length:
+                end = budget if capped else "length"
+                raise _Stop(end, TRUNCATED, f"generation stopped at {len(gen.output_ids)} tokens")
+        text = self.encoder.decode(gen.output_ids)
+        record.action = preview(text, self.config.preview_chars)
+        t_env = time.perf_counter()
+        result = await self.retrying("env.step", record, self.env.step, text)
+        record.env_s = time.perf_counter() - t_env
+        try:
+            observation, done, info = split_step(result)
+        except ValueError as e:
+            raise _Stop("env_failure", ABORTED, str(e), "infra") from e
+        record.done = done
+        record.set_info(info)
+        if not done and not last:
+            await self._observe(record, observation, gen.finish_reason)
+
+    async def _observe(self, record: TurnRecord, observation: Any, finish: str) -> None:
+        if isinstance(observation, dict) and "obs_str" in observation:
+            record.observation = preview(str(observation["obs_str"]), self.config.preview_chars)
+        try:
+            message = self.env.format_observation(observation)
+            encoded = self.encoder.observation(self.tokens, finish, message, self.tools)
+        except ObservationError as e:
+            raise _Stop("bad_observation", ABORTED, f"observation: {e}", "infra") from e
+        room, budget = self.room()
+        if room is not None and len(encoded.ids) >= room:  # one sampled token must still fit
+            raise _Stop(
+                budget,
+                TRUNCATED,
+                f"the observation ({len(encoded.ids)} tokens) does not fit the {budget}",
+            )
+        self._append(encoded.ids, None)
+        self._add_media(encoded)
+        record.observation_tokens = len(encoded.ids)
+
+
+async def run_episode(
+    env: Any,
+    *,
+    engine: Engine,
+    encoder: ChatEncoder,
+    sampling_params: dict[str, Any] | None = None,
+    config: LoopConfig | None = None,
+    routing_key: str = "",
+    prompt: Any = None,
+    tools: list[dict] | None = None,
+    on_turn: TurnHook | None = None,
+) -> Episode:
+    """Run ``env`` to its end. ``prompt`` / ``tools``: the sample's prompt (chat messages, or
+    text already chat-formatted) used unless ``reset`` returns ``{"messages": ...}``.
+
+    Never raises for an environment or policy failure (the episode ends ``aborted``); the caller
+    closes the environment. Cancellation propagates.
+    """
+    config = config or LoopConfig()
+    loop = _Loop(env, engine, encoder, config, sampling_params or {}, routing_key)
+    try:
+        await loop.start(prompt, tools)
+        for index in range(config.max_turns):
+            record = await loop.turn(index, index + 1 == config.max_turns, on_turn)
+            if record.done:
+                break
+        else:
+            loop.ep.end = "max_turns"
+    except _Stop as stop:
+        ep = loop.ep
+        ep.end, ep.status, ep.reason, ep.failure_kind = (
+            stop.end,
+            stop.status,
+            stop.reason,
+            stop.kind,
+        )
+    return loop.ep

@@ -1,0 +1,126 @@
+"""The native loop driven through slime's call path (stand-in: slime_stand_in.py): a slime-style
+``args`` namespace (``--custom-generate-function-path coding_agent_rl.env.generate.generate``,
+``--rollout-interaction-env-path`` as a file path or a module, ``--custom-config-path`` YAML), a
+``Sample`` class with slime's plain nested ``Status`` enum, ``generate_and_rm``'s branches, and
+the conversion to training data. The policy is the real CPU server over HTTP."""
+
+from __future__ import annotations
+
+import types
+import uuid
+
+import pytest
+from calc_env import TOOLS
+from slime_stand_in import RM_CALLS, SlimeSample, generate_and_rm, train_data
+
+from coding_agent_rl.env import generate as env_generate
+from coding_agent_rl.policy.tokenizer import qwen3_tokenizer_dir
+
+CALC_ENV = str(__import__("pathlib").Path(__file__).with_name("calc_env.py"))
+MESSAGES = [{"role": "user", "content": "What is 2 + 3? Use the tools, then answer."}]
+SAMPLING = {"temperature": 1.0, "max_new_tokens": 512}
+SOLVE = {
+    "steps": [
+        {"tool": {"name": "add", "arguments": {"a": 2, "b": 3}}},
+        {"tool": {"name": "answer", "arguments": {"value": 5}}},
+    ]
+}
+
+
+def slime_args(url: str, tmp_path, **overrides) -> types.SimpleNamespace:
+    config = tmp_path / "native.yaml"
+    config.write_text("max_turns: 6\nmax_env_retries_per_turn: 2\nenv_retry_backoff_s: 0.01\n")
+    base = {
+        "hf_checkpoint": str(qwen3_tokenizer_dir()),
+        "sglang_router_ip": "127.0.0.1",
+        "sglang_router_port": int(url.rsplit(":", 1)[1]),
+        "rollout_max_context_len": 4096,
+        "rollout_max_response_len": 2048,
+        "sglang_tool_call_parser": "qwen25",
+        "sglang_reasoning_parser": "qwen3",
+        "custom_generate_function_path": "coding_agent_rl.env.generate.generate",
+        "custom_rm_path": "slime_stand_in.calc_reward",
+        "rollout_interaction_env_path": CALC_ENV,
+        "custom_config_path": str(config),
+        "apply_chat_template_kwargs": None,
+    }
+    return types.SimpleNamespace(**{**base, **overrides})
+
+
+def calc_sample(index: int, prompt=None, **knobs) -> SlimeSample:
+    """What slime builds from a dataset line, with a session id per sample."""
+    return SlimeSample(
+        group_index=index,
+        index=index,
+        prompt=MESSAGES if prompt is None else prompt,
+        label=5,
+        metadata={"tools": TOOLS, "calc": knobs},
+        session_id=uuid.uuid4().hex,
+    )
+
+
+@pytest.fixture
+async def served(scripted_engine, fresh_env_generate):
+    client, _ = await scripted_engine(SOLVE)
+    return client.base_url
+
+
+@pytest.mark.parametrize("templated", [False, True], ids=["messages", "templated-text"])
+async def test_completed_sample_through_generate_and_rm(served, tmp_path, tokenizer, templated):
+    args = slime_args(served, tmp_path)
+    prompt = (
+        tokenizer.apply_chat_template(
+            MESSAGES, tools=TOOLS, tokenize=False, add_generation_prompt=True
+        )
+        if templated
+        else None
+    )
+    sample = calc_sample(0, prompt)
+    RM_CALLS.clear()
+    out = await generate_and_rm(args, sample, dict(SAMPLING))
+    assert out is sample and out.status is SlimeSample.Status.COMPLETED  # slime's own member
+    assert out.reward == 1.0 and [out] == RM_CALLS  # no env reward: slime's RM scored it
+    assert out.weight_versions == ["0", "0"] and len(out.metadata["turns"]) == 2
+    data = train_data([out])
+    assert data["truncated"] == [0] and sum(data["loss_masks"][0]) > 0
+    assert out.tokens[: len(out.tokens) - out.response_length] == tokenizer.apply_chat_template(
+        MESSAGES, tools=TOOLS, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+
+
+async def test_yaml_settings_on_args_win_and_truncation_is_slimes_member(served, tmp_path):
+    args = slime_args(served, tmp_path, max_turns=1, rollout_max_context_len=None)
+    out = await generate_and_rm(args, calc_sample(1), dict(SAMPLING))
+    assert out.status is SlimeSample.Status.COMPLETED and out.metadata["end_reason"] == "max_turns"
+    args = slime_args(served, tmp_path, rollout_max_context_len=260)
+    out = await generate_and_rm(args, calc_sample(2), dict(SAMPLING))
+    assert out.status is SlimeSample.Status.TRUNCATED and len(out.tokens) <= 260
+    assert train_data([out])["truncated"] == [1]
+
+
+async def test_an_env_failure_returns_slimes_aborted_placeholder(served, tmp_path):
+    args = slime_args(served, tmp_path)
+    RM_CALLS.clear()
+    built = env_generate.load_env_module(CALC_ENV).BUILT  # the module slime's path loaded
+    built.clear()
+    out = await generate_and_rm(args, calc_sample(3, fail="always"), dict(SAMPLING))
+    assert out.status is SlimeSample.Status.ABORTED and out.remove_sample
+    assert out.tokens == [0, 0] and out.loss_mask == [0] and RM_CALLS == []
+    assert (
+        out.metadata["failure_kind"] == "infra" and "failed 3 times" in out.metadata["abort_reason"]
+    )
+    assert built[-1].closed and built[-1].attempts[0] == 3  # 1 + max_env_retries_per_turn (YAML)
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"rollout_interaction_env_path": "/nowhere/env.py"}, "no such file"),
+        ({"rollout_interaction_env_path": "json"}, "no build_env"),
+        ({"custom_config_path": None}, "max_turns"),
+    ],
+)
+async def test_misconfiguration_is_one_clear_line_per_sample(served, tmp_path, change, words):
+    args = slime_args(served, tmp_path, **change)
+    out = await env_generate.generate(args, calc_sample(4), dict(SAMPLING))
+    assert out.status is SlimeSample.Status.ABORTED and words in out.metadata["abort_reason"]
