@@ -21,7 +21,7 @@ from rollout_helpers import (
     task_rule,
     write_script,
 )
-from slime_stand_in import RM_CALLS, SlimeSample, generate_and_rm, train_data
+from slime_path import RM_CALLS, SlimeSample, generate_and_rm, train_data
 from test_run_e2e import REWRITE_TESTS  # guts the visible tests, plants a conftest forcing PASSED
 
 from coding_agent_rl.env.base import EnvError
@@ -199,7 +199,7 @@ async def test_coding_env_through_slimes_call_path(rows, tmp_path, fresh_env_gen
     args = slime_args(
         url,
         custom_generate_function_path="coding_agent_rl.env.generate.generate",
-        custom_rm_path="slime_stand_in.calc_reward",
+        custom_rm_path="slime_path.calc_reward",
         custom_config_path=str(config),
     )
     monkeypatch.setenv("CODING_AGENT_RL_DATASET_DIR", str(EXAMPLES))  # slime reads the JSONL

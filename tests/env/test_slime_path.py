@@ -1,4 +1,4 @@
-"""The native loop driven through slime's call path (stand-in: slime_stand_in.py): a slime-style
+"""The native loop driven through slime's call path (stand-in: tests/support/slime_stand_in.py, through slime_path.py): a slime-style
 ``args`` namespace (``--custom-generate-function-path coding_agent_rl.env.generate.generate``,
 ``--rollout-interaction-env-path`` as a file path or a module, ``--custom-config-path`` YAML), a
 ``Sample`` class with slime's plain nested ``Status`` enum, ``generate_and_rm``'s branches, and
@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 from calc_env import TOOLS
-from slime_stand_in import RM_CALLS, SlimeSample, generate_and_rm, train_data
+from slime_path import RM_CALLS, SlimeSample, generate_and_rm, train_data
 
 from coding_agent_rl.env import generate as env_generate
 from coding_agent_rl.policy.tokenizer import qwen3_tokenizer_dir
@@ -39,7 +39,7 @@ def slime_args(url: str, tmp_path, **overrides) -> types.SimpleNamespace:
         "sglang_tool_call_parser": "qwen25",
         "sglang_reasoning_parser": "qwen3",
         "custom_generate_function_path": "coding_agent_rl.env.generate.generate",
-        "custom_rm_path": "slime_stand_in.calc_reward",
+        "custom_rm_path": "slime_path.calc_reward",
         "rollout_interaction_env_path": CALC_ENV,
         "custom_config_path": str(config),
         "apply_chat_template_kwargs": None,

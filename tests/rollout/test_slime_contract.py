@@ -1,4 +1,4 @@
-"""What slime's own code reads from our samples, through the slime stand-in (``slime_stand_in``):
+"""What slime's own code reads from our samples, through the slime stand-in (``tests/support/slime_stand_in.py``):
 status identity (members of the caller's ``Sample.Status``), the placeholders' path through
 ``generate_and_rm``, the field conversions, and ``post_process_rewards`` against slime's default
 reward normalisation. No Docker: the real rollouts are in ``test_slime_fidelity.py``."""
@@ -11,8 +11,8 @@ import math
 import types
 
 import pytest
-import slime_stand_in as slime
 from rollout_helpers import EXAMPLES, dataset_lines
+from support import slime_stand_in as slime
 
 from coding_agent_rl import generate as gen
 from coding_agent_rl import types as car_types

@@ -1,4 +1,4 @@
-"""Real rollouts through slime's call path (the stand-in in ``slime_stand_in``): real Claude Code
+"""Real rollouts through slime's call path (the stand-in in ``tests/support/slime_stand_in.py``): real Claude Code
 in Docker, real grading, the real adapter and tokenizer, the real CPU policy server (speaking
 SGLang's API, aborts included) behind ``coding_agent_rl.generate``.
 
@@ -27,8 +27,8 @@ import time
 import types
 
 import pytest
-import slime_stand_in as slime
 from rollout_helpers import EXAMPLES, containers, dataset_lines, solve_steps
+from support import slime_stand_in as slime
 
 from coding_agent_rl import generate as gen
 from coding_agent_rl.policy.base import Completion, Policy, pseudo_logprob
