@@ -7,8 +7,10 @@ Once per process (on the first call): the tokenizer from ``args.hf_checkpoint``,
 background thread (``ADAPTER_PORT``, else ephemeral), SGLang at ``args.sglang_router_ip/port``.
 Environment: ``SWE_AGENT`` (claude_code | codex | ...), ``CODING_AGENT_RL_SANDBOX`` (docker |
 e2b | local), ``SWE_AGENT_TIME_BUDGET_SEC``, ``SWE_EVAL_TIMEOUT_SEC``, ``SWE_ROLLOUT_DEADLINE_SEC``,
-``CODING_AGENT_RL_REWARD_MODE`` (full | split), ``SWE_CC_PROMPT``; ``SWE_BOOT_CONCURRENCY`` and
-``ADAPTER_PUBLIC_HOST`` / ``ADAPTER_BIND_HOST`` are read by the sandbox and harness layers.
+``CODING_AGENT_RL_REWARD_MODE`` (full | split), ``CODING_AGENT_RL_TAMPER_POLICY`` (zero |
+flag: what a static tamper-screen finding does to the reward), ``SWE_CC_PROMPT``;
+``SWE_BOOT_CONCURRENCY`` and ``ADAPTER_PUBLIC_HOST`` / ``ADAPTER_BIND_HOST`` are read by the
+sandbox and harness layers.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ def runtime_config_from_args(args: Any) -> Any:
         reward_mode=os.environ.get("CODING_AGENT_RL_REWARD_MODE", "full"),
         max_context=getattr(args, "rollout_max_context_len", None),
         model_name=os.environ.get("CODING_AGENT_RL_MODEL_NAME", "policy"),
+        tamper_policy=os.environ.get("CODING_AGENT_RL_TAMPER_POLICY", "zero"),
     )
     return RuntimeConfig(
         agent=os.environ.get("SWE_AGENT", "claude_code"),

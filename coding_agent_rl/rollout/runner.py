@@ -1,13 +1,23 @@
 """One rollout: adapter session -> agent sandbox -> diff -> clean-sandbox grading -> Samples.
 
-Failure policy (``failure_kind``):
+Failure policy (``failure_kind``). Once the agent has started, it controls its sandbox (files,
+processes, and any request it sends to the adapter with its own key), so a failure is ``infra``
+only on evidence it cannot produce:
 
-* ``infra`` — the sandbox could not be created or vanished, the agent could not be installed,
-  the policy server failed (the adapter saw upstream errors), the agent produced no model turn,
-  grading could not run or parse. The rollout returns one aborted placeholder
-  (``remove_sample=True``) and is retried within ``RolloutConfig.infra_retries``.
-* ``model`` — the model's own outcome: a diff that does not apply, tests that fail, a budget
-  overrun. The samples are kept for training with reward 0.
+* ``infra`` (with ``infra_stage``) — our engine or sandbox API failing our call (``sandbox``),
+  the sandbox's creation or the task's set-up failing (``sandbox`` / ``workspace``), the agent
+  CLI's install (``install``), the policy server failing in a way a health probe confirms
+  (``policy``: the adapter records only such errors as evidence), the CLI never reaching the
+  model at all (``agent``: no turn recorded, so the model never acted), grading that could not run
+  (``grading``: see grade.py, whose control runs settle ambiguous cases in a fresh sandbox), the
+  rollout deadline (``deadline``), or a bug of ours (``internal``). The rollout returns one
+  aborted placeholder (``remove_sample=True``) and is retried within ``infra_retries``.
+* ``model`` — everything else: a diff that does not apply or is over a cap, tests that fail,
+  tampering, a budget overrun, an adapter request the agent malformed, a log or marker the agent
+  mangled (reading agent-writable paths is best-effort and never infra; the run directory and
+  its markers are root's: harness/launch.py). The samples are kept for training with reward 0.
+
+Artifacts (diff, agent log, test log) are written under a per-rollout byte budget.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from coding_agent_rl.grading.defences import Defences
 from coding_agent_rl.grading.diff import DiffCaptureError, capture_diff
 from coding_agent_rl.grading.grade import grade
 from coding_agent_rl.grading.prepared import GradingSandbox
@@ -52,7 +63,15 @@ def event(name: str, sid: str, **fields: Any) -> None:
 
 
 class InfraFailure(Exception):
-    """A failure that is not the model's: the rollout is dropped from training and retried."""
+    """A failure that is not the model's: the rollout is dropped from training and retried.
+    ``stage`` names the component (see the module docstring)."""
+
+    def __init__(self, message: str, *, stage: str):
+        super().__init__(message)
+        self.stage = stage
+
+
+ARTIFACT_BUDGET = 6 * 1024 * 1024  # bytes of artifacts one rollout may write
 
 
 # Called with (session_id, row) once the adapter session is open, e.g. to hand the replay
@@ -146,17 +165,20 @@ class RolloutRunner:
                 self._pipeline(row, base, sid, record, timings, art, evaluation),
                 self.config.deadline,
             )
-        except (InfraFailure, SandboxError) as e:
-            samples = self._abort(base, record, f"{type(e).__name__}: {e}", "infra")
+        except InfraFailure as e:
+            samples = self._abort(base, record, f"{type(e).__name__}: {e}", "infra", e.stage)
+        except SandboxError as e:  # our engine / sandbox API failed our call
+            samples = self._abort(base, record, f"{type(e).__name__}: {e}", "infra", "sandbox")
         except asyncio.TimeoutError:
             samples = self._abort(
-                base, record, f"rollout deadline {self.config.deadline:.0f}s", "infra"
+                base, record, f"rollout deadline {self.config.deadline:.0f}s", "infra", "deadline"
             )
         except asyncio.CancelledError:
             raise
         except Exception as e:  # a bug must cost one rollout, not the batch
             log.exception("rollout %s crashed", sid)
-            samples = self._abort(base, record, f"internal error: {type(e).__name__}: {e}", "infra")
+            reason = f"internal error: {type(e).__name__}: {e}"
+            samples = self._abort(base, record, reason, "infra", "internal")
         finally:
             with contextlib.suppress(Exception):
                 self.adapter.sessions.close(sid)
@@ -193,7 +215,12 @@ class RolloutRunner:
             ahead = None
             if self._grade_ahead:
                 ahead = await stack.enter_async_context(
-                    GradingSandbox(row, backend=cfg.backend, sandbox_options=cfg.sandbox_options)
+                    GradingSandbox(
+                        row,
+                        backend=cfg.backend,
+                        sandbox_options=cfg.sandbox_options,
+                        defences=self._defences,
+                    )
                 )
             with timings.phase("sandbox_s"):
                 with timings.step("agent_sandbox_create"):
@@ -221,7 +248,7 @@ class RolloutRunner:
                 except SandboxError:
                     raise
                 except Exception as e:
-                    raise InfraFailure(f"agent install: {e}") from e
+                    raise InfraFailure(f"agent install: {e}", stage="install") from e
             if ahead is not None:
                 # While the agent works (mostly waiting on the policy), not while its sandbox is
                 # set up: that is on the critical path, the agent's model turns usually are not.
@@ -243,18 +270,23 @@ class RolloutRunner:
                 turns=len(turns),
                 agent_s=round(agent.duration_s, 3),
             )
-            self._check_agent(sid, agent, turns)
+            self._check_agent(sid, agent, turns, record)
+            budget = [ARTIFACT_BUDGET - self._size(agent.host_log_path)]
             with timings.phase("diff_s"):
                 try:
                     diff = await capture_diff(sb, row.workdir, base_commit=base_commit)
                 except DiffCaptureError as e:  # e.g. the agent deleted .git: its own doing
                     record.update(failure_kind="model", fail_reason=f"diff: {e}")
                     return self._samples(row, base, sid, turns, record, 0.0, evaluation)
+            if diff.truncated_reason:  # never graded as an empty diff
+                record.update(failure_kind="model", fail_reason=diff.truncated_reason)
+                record.update(diff_truncated=diff.truncated_reason)
+                return self._samples(row, base, sid, turns, record, 0.0, evaluation)
             # Only the diff crosses over to grading. The agent sandbox is destroyed meanwhile;
             # the stack waits for that before the rollout returns.
             closing = asyncio.ensure_future(self._close_timed(sb, timings))
             stack.push_async_callback(asyncio.wait, [closing])
-            self._write_artifact(art, "diff.patch", diff.data)
+            self._write_artifact(art, "diff.patch", diff.data, budget)
             record["artifacts"] = self._artifacts(art, agent)
             with timings.phase("grade_s"):
                 t_grade = time.monotonic()
@@ -265,6 +297,7 @@ class RolloutRunner:
                     sandbox_options=cfg.sandbox_options,
                     timeout=cfg.eval_timeout_s,
                     sandbox=ahead,
+                    defences=self._defences,
                 )
             if ahead is not None:
                 with timings.phase("grade_s"), timings.step("grading_sandbox_destroy"):
@@ -272,7 +305,7 @@ class RolloutRunner:
                 if ahead.ready_at is not None:
                     timings.steps["grading_prepare"] = ahead.prepare_s or 0.0
                     timings.steps["grading_wait"] = max(0.0, ahead.ready_at - t_grade)
-        self._write_artifact(art, "test_log.txt", result.test_log)
+        self._write_artifact(art, "test_log.txt", result.test_log, budget)
         record.update(
             reward=result.reward,
             f2p_passed=result.f2p_passed,
@@ -284,14 +317,23 @@ class RolloutRunner:
             apply_method=result.apply_method,
             tests_s=result.tests_s,
             diff_truncated=diff.truncated_reason,
+            result_method=result.result_method,
+            tampering=result.tampering,
+            screen_findings=result.screen_findings,
+            canaries=result.canaries,
+            control=result.control,
         )
         if result.failure_kind == "infra":
-            raise InfraFailure(f"grading: {result.reason}")
+            raise InfraFailure(f"grading: {result.reason}", stage="grading")
         record["failure_kind"] = result.failure_kind if result.reward < 1.0 else None
         if result.reward < 1.0:
             record["abort_reason"] = None
             record["fail_reason"] = result.reason
         return self._samples(row, base, sid, turns, record, result.reward, evaluation)
+
+    @property
+    def _defences(self) -> Defences:
+        return Defences(tamper_policy=self.config.tamper_policy)
 
     @property
     def _grade_ahead(self) -> bool:
@@ -312,7 +354,7 @@ class RolloutRunner:
             if mounts and "mount" in str(e).lower():
                 log.warning("cannot mount the agent CLI (%s); uploading it from now on", e)
                 self._mounts = {}
-            raise InfraFailure(f"sandbox: {e}") from e
+            raise InfraFailure(f"sandbox: {e}", stage="sandbox") from e
         return sb
 
     async def _agent_mounts(self) -> dict[str, str]:
@@ -354,18 +396,26 @@ class RolloutRunner:
         except SandboxError:
             raise
         except Exception as e:  # the task's own set-up failed: not the model's doing
-            raise InfraFailure(f"workspace: {e}") from e
+            raise InfraFailure(f"workspace: {e}", stage="workspace") from e
 
-    def _check_agent(self, sid: str, agent: Any, turns: list[Any]) -> None:
+    def _check_agent(self, sid: str, agent: Any, turns: list[Any], record: dict) -> None:
+        """Infra only on evidence the agent cannot produce (see the module docstring)."""
         errors = self.adapter.sessions.errors(sid)
-        if errors and agent.exit_code != 0:
+        confirmed = [e for e in errors if e.startswith("infra: ")]
+        if errors:
+            record["adapter_errors"] = [e[:300] for e in errors[-5:]]
+        if confirmed and agent.exit_code != 0:
             raise InfraFailure(
-                f"policy/adapter failed {len(errors)}x (last: {errors[-1][:200]}); "
-                f"agent exited {agent.exit_code}"
+                f"policy server failed {len(confirmed)}x (last: {confirmed[-1][:200]}); "
+                f"agent exited {agent.exit_code}",
+                stage="policy",
             )
-        if not turns:
+        if not turns:  # the CLI never got a reply to its first request: the model never acted
             tail = (agent.log_tail or "")[-300:]
-            raise InfraFailure(f"agent made no model call (exit {agent.exit_code}): {tail}")
+            last = f"; adapter: {errors[-1][:200]}" if errors else ""
+            raise InfraFailure(
+                f"agent made no model call (exit {agent.exit_code}){last}: {tail}", stage="agent"
+            )
 
     def _samples(
         self,
@@ -416,11 +466,16 @@ class RolloutRunner:
             final = samples[-1] if samples else base
             return [dataclasses.replace(final, reward=reward)]
         if not samples:
-            raise InfraFailure("no trainable sample (no sampled token survived the context budget)")
+            raise InfraFailure(
+                "no trainable sample (no sampled token survived the context budget)",
+                stage="internal",
+            )
         return samples
 
-    def _abort(self, base: Sample, record: dict[str, Any], reason: str, kind: str) -> list[Sample]:
-        record.update(failure_kind=kind, abort_reason=reason, reward=0.0)
+    def _abort(
+        self, base: Sample, record: dict[str, Any], reason: str, kind: str, stage: str
+    ) -> list[Sample]:
+        record.update(failure_kind=kind, abort_reason=reason, reward=0.0, infra_stage=stage)
         record.setdefault("num_segments", 0)
         return [aborted_sample(base, reason, kind, instance_id=record["instance_id"])]
 
@@ -432,13 +487,25 @@ class RolloutRunner:
         return d
 
     def _write_artifact(
-        self, art: pathlib.Path | None, name: str, data: str | bytes | None
+        self, art: pathlib.Path | None, name: str, data: str | bytes | None, budget: list[int]
     ) -> None:
+        """Write an artifact within what is left of the rollout's ``budget`` (tail kept)."""
         if art is None or data is None:
             return
-        (art / name).write_bytes(
-            data if isinstance(data, bytes) else data.encode("utf-8", "replace")
-        )
+        raw = data if isinstance(data, bytes) else data.encode("utf-8", "replace")
+        left = max(0, budget[0])
+        if len(raw) > left:
+            marker = f"[... {len(raw) - left} bytes dropped: the rollout's artifact budget ...]\n"
+            raw = marker.encode() + (raw[-left:] if left else b"")
+        budget[0] -= len(raw)
+        (art / name).write_bytes(raw)
+
+    @staticmethod
+    def _size(path: Any) -> int:
+        try:
+            return pathlib.Path(path).stat().st_size if path else 0
+        except OSError:
+            return 0
 
     def _artifacts(self, art: pathlib.Path | None, agent: Any) -> dict[str, str]:
         if art is None or self.config.out_dir is None:
