@@ -60,6 +60,7 @@ class Graded:
     def record(self, run: TestRun) -> None:
         self.result.exit_code, self.result.timed_out = run.exit_code, run.timed_out
         self.result.test_log = cap_log(run.log)
+        self.result.test_log_bytes = run.log_size
 
     async def run(self, cmd: str, *, as_root: bool = False) -> TestRun:
         run = await self.runner.run(cmd, timeout=self.timeout, as_root=as_root)

@@ -66,6 +66,7 @@ class GradeResult:
     exit_code: int | None = None
     timed_out: bool = False
     test_log: str = ""
+    test_log_bytes: int = 0  # the full log's size in the sandbox (test_log keeps a capped part)
     duration_s: float = 0.0  # the whole grading, sandbox creation included
     tests_s: float = 0.0  # of which running the test command (control runs included)
     result_method: str | None = None  # plugin | log | exit_code | reward_file

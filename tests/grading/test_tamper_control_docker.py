@@ -92,3 +92,20 @@ def test_git_binary_delta_is_bounded_by_its_target(tmp_path):
     patch = git("diff", "--cached", "--binary")
     assert "\ndelta " in patch and len(patch) < 64 * 1024
     assert expanded_size(patch) == 3 * len(blob)
+
+
+async def test_code_under_test_that_floods_the_log(example_rows, make_diff):
+    """Output printed by the code under test (pytest shows it for each failing test): the grader
+    keeps a capped tail, not all of it."""
+    row = example_rows["slugify"]
+    slug = (row.build.context / "repo" / "textkit" / "slug.py").read_text()
+    flood = slug.replace('    """\n    text =', '    """\n    print("x" * 2**24)\n    text =', 1)
+    assert flood != slug
+    diff = make_diff("slugify", {"textkit/slug.py": flood})
+    async with GradingSandbox(row) as ahead:
+        result = await grade(row, diff, sandbox=ahead)
+        prepared = await ahead.ready()
+        whole = await ahead.sandbox.read_file(f"{prepared.runner.dir}/log", binary=True)
+    assert (result.reward, result.failure_kind) == (0.0, "model")
+    assert result.test_log_bytes == len(whole) > 48 * 2**20  # round 1 read all of this
+    assert len(result.test_log) <= 70 * 1024 and "characters dropped" in result.test_log
