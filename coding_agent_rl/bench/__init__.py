@@ -13,6 +13,7 @@ BENCHMARKS = {
     "sandbox": "sandbox create/destroy, exec and completion detection vs the docker CLI",
     "adapter": "incremental vs full prompt rendering on a long agent session",
     "rollout": "end-to-end rollouts on the bundled tasks",
+    "grading": "tamper-evident grading vs a plain pytest -rA run of the same tests",
 }
 
 

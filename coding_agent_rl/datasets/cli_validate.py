@@ -25,12 +25,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _table(reports: list[RowReport]) -> str:
     width = max([len("instance_id")] + [len(r.instance_id) for r in reports])
-    lines = [f"{'instance_id':<{width}}  {'valid':<5}  {'time':>6}  reason"]
+    lines = [f"{'instance_id':<{width}}  {'valid':<5}  {'time':>6}  {'screen FP':>9}  reason"]
     for r in reports:
         mark = "yes" if r.valid else "NO"
-        lines.append(f"{r.instance_id:<{width}}  {mark:<5}  {r.duration_s:>5.1f}s  {r.reason}")
+        lines.append(
+            f"{r.instance_id:<{width}}  {mark:<5}  {r.duration_s:>5.1f}s  {r.screen_fp:>9}  {r.reason}"
+        )
     bad = sum(not r.valid for r in reports)
-    lines.append(f"{len(reports) - bad}/{len(reports)} rows valid")
+    fp = sum(r.screen_fp for r in reports)
+    lines.append(
+        f"{len(reports) - bad}/{len(reports)} rows valid; tamper-screen false positives on gold "
+        f"patches: {fp}"
+    )
     return "\n".join(lines)
 
 

@@ -175,7 +175,7 @@ async def _grade_in(
     reset = False
     if kept.strip():
         kept_text = kept.decode("utf-8", "surrogateescape")
-        sources = screened_files(kept_text)
+        sources = {} if defences.tamper_policy == "off" else screened_files(kept_text)
         outcome = await apply_patch(
             sb,
             row.workdir,

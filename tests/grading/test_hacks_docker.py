@@ -13,15 +13,12 @@ import textwrap
 
 import pytest
 
-from coding_agent_rl.grading.defences import Defences
+from coding_agent_rl.grading.defences import ROUND_1
 from coding_agent_rl.grading.grade import grade
 
 grade_mod = importlib.import_module("coding_agent_rl.grading.grade")  # the module, to monkeypatch
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("example_images")]
-# The grader as round 1 left it: results from the log, no safe path, no new-file rule, and the
-# static screen only recording.
-ROUND_1 = Defences(plugin=False, safe_path=False, new_files=False, tamper_policy="flag")
 
 FORCE_PASS = textwrap.dedent("""
     import pytest
