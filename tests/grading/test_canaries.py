@@ -61,6 +61,7 @@ def test_derived_canaries_sit_next_to_their_source_and_fail_whatever_the_code_do
     for c in fails:
         assert c.node.rsplit("::", 1)[1].startswith(c.source.rsplit("::", 1)[1].split("[")[0] + "_")
     text = plan.files["tests/test_x.py"]
+    assert text.startswith(SOURCE)  # appended: no original line moved
     # Run the file as it will be graded: canaries fail, everything else is untouched.
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_x.py").write_text(text)
