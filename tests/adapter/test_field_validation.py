@@ -9,7 +9,7 @@ import json
 import pytest
 from adapter_clients import post
 
-from coding_agent_rl.adapter import anthropic, fields, openai_chat, openai_responses, wire
+from coding_agent_rl.adapter import anthropic, fields, openai_chat, openai_responses
 
 MSG = [{"role": "user", "content": "hi"}]
 CASES = [
@@ -57,15 +57,12 @@ async def test_malformed_fields_are_the_clients_error(scripted_stack, path, body
 async def test_without_validation_the_same_fields_were_adapter_failures(
     scripted_stack, monkeypatch
 ):
-    """The round-1 adapter passed fields through: a non-integer max_tokens crashed later (500)."""
-
-    def passthrough(body, *, max_tokens, stop, stop_single_ok=False, top_k=True):
-        out = {"max_new_tokens": body.get(max_tokens[0]), "temperature": body.get("temperature")}
-        return {k: v for k, v in out.items() if v is not None}
-
-    monkeypatch.setattr(fields, "sampling", passthrough)
+    """The round-1 adapter passed fields through: a non-integer max_tokens crashed later (500).
+    (tests/rollout/round1.py switches the same defence off for the end-to-end test.)"""
+    monkeypatch.setattr(
+        fields, "sampling", lambda body, **kw: {"max_new_tokens": body.get("max_tokens")}
+    )
     monkeypatch.setattr(fields, "common", lambda body: None)
-    monkeypatch.setattr(wire, "parse_request", lambda w, body: w.parse(body))
     for module in (anthropic, openai_chat, openai_responses):
         assert module.fields is fields
     adapter, _, url = await scripted_stack({"steps": []})
