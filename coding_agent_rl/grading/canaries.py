@@ -12,7 +12,8 @@ Per grading run (plugin-graded pytest rows only) the grader adds, with fresh ran
   same class where the source is a method: its node id reads like one more case of the hidden
   test. Tests with ``return``/``yield`` or ``async`` are not copied (the extra assertion might
   never run); a synthetic ``assert sum([a, b]) == <wrong>`` test stands in when nothing can be.
-* **a must-pass canary**: a small self-contained test named like a pass-to-pass test.
+* **a must-pass canary**: a small self-contained test named like a pass-to-pass test, in the same
+  class when that test is a method (so class-level fixtures apply to it alike).
 
 All canaries are appended at the end of the file (a method is attached to its class there), so
 no line of the original file moves: tests that depend on line numbers are unaffected.
@@ -196,16 +197,23 @@ def _synthetic(
     expect: str,
     rng: random.Random,
 ) -> Canary:
-    """A module-level test named like a test in ``like`` (or any test)."""
-    by_file = [(p, n) for p, n in (_split(t) for t in like) if p in trees and n]
+    """A test named like a test in ``like`` (or any test), in its class if it has one."""
+    by_file = [
+        (p, n) for p, n in (_split(t) for t in like) if p in trees and n and _find(trees[p], n)
+    ]
     path, names = rng.choice(by_file) if by_file else (rng.choice(sorted(trees)), ["test"])
     name = _fresh_name(names[-1] if names[-1].startswith("test") else "test", taken[path], rng)
     a, b = rng.randrange(2, 999), rng.randrange(2, 999)
     total = a + b if expect == "pass" else a + b + rng.randrange(1, 9)
-    inserts[path].append(
-        f"\n\ndef {name}():\n    values = [{a}, {b}]\n    assert sum(values) == {total}\n"
+    owner = ".".join(names[:-1])
+    text = (
+        f"\n\ndef {name}({'self' if owner else ''}):\n"
+        f"    values = [{a}, {b}]\n    assert sum(values) == {total}\n"
     )
-    return Canary(path, f"{path}::{name}", expect)
+    if owner:
+        text += f"{owner}.{name} = {name}\ndel {name}\n"
+    inserts[path].append(text)
+    return Canary(path, "::".join([path, *names[:-1], name]), expect)
 
 
 def _insert(text: str, blocks: list[str]) -> str:

@@ -17,7 +17,8 @@ class RolloutConfig:
     sandbox_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     agent_budget_s: float = 1800.0
     eval_timeout_s: float = 600.0
-    # Whole-rollout guard; default agent + 2 x eval (a control run may repeat the tests) + 240 s.
+    # Whole-rollout guard; default agent + 2 x eval (a control run may repeat the tests) + 600 s
+    # (sandboxes, diff capture: the rest of the rollout, which the agent must not push over it).
     deadline_s: float | None = None
     infra_retries: int = 1
     reward_mode: str = "full"
@@ -41,7 +42,7 @@ class RolloutConfig:
 
     @property
     def deadline(self) -> float:
-        return self.deadline_s or self.agent_budget_s + 2 * self.eval_timeout_s + 240.0
+        return self.deadline_s or self.agent_budget_s + 2 * self.eval_timeout_s + 600.0
 
 
 @dataclasses.dataclass

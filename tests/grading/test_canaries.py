@@ -58,6 +58,8 @@ def test_derived_canaries_sit_next_to_their_source_and_fail_whatever_the_code_do
     assert {c.node.rsplit("::", 1)[0] for c in fails if "TestMore" in c.source} <= {
         "tests/test_x.py::TestMore"
     }
+    # The pass-to-pass test it imitates is a method: so is the must-pass canary.
+    assert passes[0].node.startswith("tests/test_x.py::TestMore::test_other_")
     for c in fails:
         assert c.node.rsplit("::", 1)[1].startswith(c.source.rsplit("::", 1)[1].split("[")[0] + "_")
     text = plan.files["tests/test_x.py"]
