@@ -44,14 +44,18 @@ TESTS = textwrap.dedent("""
 
 
 def run_with_plugin(
-    project: pathlib.Path, key: bytes, *args: str, env: dict[str, str] | None = None
+    project: pathlib.Path,
+    key: bytes,
+    *args: str,
+    env: dict[str, str] | None = None,
+    new: tuple[str, ...] = (),
 ) -> tuple[int, bytes, str]:
     """pytest on ``project`` with the grader's plugin; returns (exit code, channel bytes, log)."""
     module = channel.new_module_name()
     plugin_dir = project.parent / "plugin"
     plugin_dir.mkdir(exist_ok=True)
     new_list = project.parent / "new.z"
-    new_list.write_bytes(b"")
+    new_list.write_bytes(b"".join(f.encode() + b"\0" for f in new))
     (plugin_dir / f"{module}.py").write_text(
         channel.plugin_source(str(project), ("test_things.py",), str(new_list))
     )
@@ -182,6 +186,25 @@ def test_a_forged_line_and_a_rewritten_report_are_evidence(project):
     verdict = plugin_verdict(row, run, key, (), 60)
     assert any("fails verification" in e for e in verdict.evidence)
     assert any("changed after pytest made it" in e for e in verdict.evidence)
+
+
+def test_the_plugin_removes_new_modules_its_own_interpreter_would_be_shadowed_by(project):
+    """The root-side check runs the image's python3; the tests may run another interpreter (a
+    conda env) with other distributions. The plugin re-checks with its own and removes what it
+    finds before any repository code is imported."""
+    (project / "iniconfig.py").write_text("raise SystemExit('shadowed!')\n")  # pytest's own dep
+    (project / "test_extra.py").write_text("def test_free():\n    pass\n")
+    (project / "helpers.py").write_text("X = 1\n")
+    key = channel.new_key()
+    new = ("iniconfig.py", "test_extra.py", "helpers.py")
+    rc, data, log = run_with_plugin(project, key, "test_things.py", new=new)
+    records = channel.read_records(data, key)
+    assert sorted(records.removed) == [
+        ("iniconfig.py", "shadows the installed or standard module 'iniconfig'"),
+        ("test_extra.py", "new test module"),
+    ], log
+    assert not (project / "iniconfig.py").exists() and (project / "helpers.py").exists()
+    assert rc == 1 and records.final is not None
 
 
 def test_records_without_the_key_or_out_of_order_are_rejected():
