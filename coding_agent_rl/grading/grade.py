@@ -46,12 +46,19 @@ import shlex
 import time
 from typing import TYPE_CHECKING, Any
 
+from coding_agent_rl.grading.after_apply import (
+    LIST_MARK,
+    RESET_MARK,
+    after_apply_script,
+    record_drops,
+    screen_post_images,
+)
 from coding_agent_rl.grading.apply import apply_patch
 from coding_agent_rl.grading.defences import Defences
 from coding_agent_rl.grading.diff import DEFAULT_MAX_BYTES
 from coding_agent_rl.grading.expansion import expansion_problem
 from coding_agent_rl.grading.parsers import ParserUnavailable
-from coding_agent_rl.grading.patchfiles import filter_patch, patch_paths, path_matches
+from coding_agent_rl.grading.patchfiles import filter_patch, path_matches
 from coding_agent_rl.grading.prepared import (
     GradingSandbox,
     Prepared,
@@ -61,17 +68,9 @@ from coding_agent_rl.grading.prepared import (
 from coding_agent_rl.grading.protect import protected_patterns
 from coding_agent_rl.grading.protocols import Graded, run_eval, run_harbor, run_tests
 from coding_agent_rl.grading.result import GradeResult, GradingDone, cap_log, fail
-from coding_agent_rl.grading.screen import Added, screen, screened_files
-from coding_agent_rl.grading.workspace import (
-    GIT,
-    WorkspaceError,
-    emit_list,
-    list_script,
-    parse_list,
-    run_checked,
-)
+from coding_agent_rl.grading.screen import screened_files
+from coding_agent_rl.grading.workspace import WorkspaceError, parse_list, run_checked
 from coding_agent_rl.sandbox import SandboxError, create_sandbox
-from coding_agent_rl.sandbox.capped_read import EMIT, emit_command, parse_emitted
 
 if TYPE_CHECKING:  # the schema imports grading.patchfiles; avoid the cycle at runtime
     from coding_agent_rl.datasets.schema import TaskRow
@@ -79,7 +78,6 @@ if TYPE_CHECKING:  # the schema imports grading.patchfiles; avoid the cycle at r
 log = logging.getLogger(__name__)
 q = shlex.quote
 __all__ = ["Defences", "GradingSandbox", "grade", "sandbox_options_for"]
-SCREEN_BUDGET = 4 * 1024 * 1024  # post-image bytes read back for the static screen
 
 
 async def grade(
@@ -183,7 +181,7 @@ async def _grade_in(
             base=prepared.base,
             patch_path=f"{runner.dir}/agent.diff",
             runner=runner.prefix,
-            then=_after_apply(prepared, row, kept_text, patterns, list(sources), defences),
+            then=after_apply_script(prepared, row, kept_text, patterns, list(sources), defences),
         )
         if not outcome.ok:
             result.test_log = cap_log(outcome.log)
@@ -196,8 +194,8 @@ async def _grade_in(
         head, _, _ = outcome.then_output.partition(f"{LIST_MARK}\n")
         agent_paths = sorted(parse_list(outcome.then_output) - before)
         reset = RESET_MARK in head.splitlines()
-        _record_drops(result, head)
-        _screen(result, head, sources, defences)
+        record_drops(result, head)
+        screen_post_images(result, head, sources, defences)
     # Defence in depth: whatever protected path changed on disk (however the patch spelled it)
     # goes back to the base, together with the declared test files.
     sneaked = [p for p in agent_paths if path_matches(p, patterns)]
@@ -218,88 +216,3 @@ async def _grade_in(
     )
     protocol = {"harbor": run_harbor, "eval_cmd": run_eval, "tests": run_tests}[row.grader]
     await protocol(graded)
-
-
-def _record_drops(result: GradeResult, head: str) -> None:
-    _, _, rest = head.partition(f"{DROP_MARK}\n")
-    for line in rest.split(f"\n{DROP_END}", 1)[0].splitlines():
-        path, _, why = line.partition("\t")
-        if path:
-            result.protected_paths_touched.append(path)
-            log.info("dropped the new file %s: %s", path, why)
-
-
-def _screen(result: GradeResult, head: str, added: dict[str, Added], defences: Defences) -> None:
-    """Read the screened files' post-images from the apply exec's output and screen them."""
-    per_file = _screen_cap(len(added))
-    sources = {}
-    for i, path in enumerate(added):
-        got = parse_emitted(head, f"CAR-SRC:{i}", per_file, "head")
-        if got.exists and not got.truncated:
-            sources[path] = got.data.decode("utf-8", "surrogateescape")
-        elif got.truncated:
-            result.screen_skipped.append(path)
-    findings = [str(f) for f in screen(sources, added)]
-    result.screen_findings = findings
-    if findings and defences.tamper_policy == "zero":
-        result.tampering = list(findings)
-        more = f" (+{len(findings) - 1} more)" if len(findings) > 1 else ""
-        fail(result, "model", f"tamper screen: {findings[0]}{more}")
-
-
-def _screen_cap(n: int) -> int:
-    return max(64 * 1024, min(1024 * 1024, SCREEN_BUDGET // max(1, n)))
-
-
-RESET_MARK = "CAR-RESET"
-LIST_MARK = "CAR-LIST"
-DROP_MARK, DROP_END = "CAR-DROPPED", "CAR-DROPPED-END"
-_INLINE_NAMES_BYTES = 32 * 1024  # the named paths travel on the command line
-
-
-def _after_apply(
-    prepared: Prepared,
-    row: TaskRow,
-    kept: str,
-    patterns: list[str],
-    screened: list[str],
-    defences: Defences,
-) -> str:
-    """The root script run right after the diff applied: unpack the bundle; list what changed;
-    drop new files the tests must not pick up (printed between :data:`DROP_MARK` lines); print the
-    screened files' post-images; and, when only paths the diff names changed (none protected:
-    the filter dropped those), reset the test files and apply the test patch in the same exec,
-    printing :data:`RESET_MARK`. Anything else (or no ``comm -z`` in the image) leaves the
-    reset to a separate exec."""
-    d = prepared.runner.dir
-    after, named, known, unexpected = (f"{d}/{n}.z" for n in ("after", "named", "known", "extra"))
-    script = prepared.unpack_script() + list_script(prepared.base, save=after, emit=False)
-    if defences.new_files:
-        others, tests = f"{d}/others.z", " ".join(q(f) for f in row.test_files)
-        script += (
-            f"{GIT} ls-files -z --others > {q(others)} 2>/dev/null || :\n"
-            f"LC_ALL=C sort -zu {q(others)} | LC_ALL=C comm -z -23 - {q(prepared.before_file)}"
-            f" > {q(prepared.new_list)} 2>/dev/null || cp {q(others)} {q(prepared.new_list)}\n"
-            f"chmod 644 {q(prepared.new_list)}\necho {DROP_MARK}\n"
-            f"if command -v python3 >/dev/null 2>&1; then python3 -I {q(prepared.plugin_file)}"
-            f" check-new {q(row.workdir)} {q(prepared.new_list)} {tests} || :; fi\n"
-            f"echo; echo {DROP_END}\n"
-        )
-    if screened:
-        per_file = _screen_cap(len(screened))
-        script += EMIT + "".join(
-            emit_command(f"CAR-SRC:{i}", path, per_file, "head") for i, path in enumerate(screened)
-        )
-    names = patch_paths(kept)
-    words = " ".join(q(n) for n in names)
-    if len(words) <= _INLINE_NAMES_BYTES and not any(path_matches(n, patterns) for n in names):
-        reset = prepared.reset_script(row, [])
-        c = "LC_ALL=C"
-        script += (
-            f"printf '%s\\0' {words} > {q(named)}\n"
-            f"if {c} sort -zu {q(prepared.before_file)} {q(named)} > {q(known)} 2>/dev/null &&"
-            f" {c} sort -zu {q(after)} | {c} comm -z -23 - {q(known)} > {q(unexpected)} 2>/dev/null"
-            f" && [ ! -s {q(unexpected)} ]; then\n"
-            f"  echo {RESET_MARK}\n  ( set -e\n{reset}) || exit $?\nfi\n"
-        )
-    return script + emit_list(after)

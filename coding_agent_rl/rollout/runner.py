@@ -39,6 +39,12 @@ from coding_agent_rl.grading.grade import grade
 from coding_agent_rl.grading.prepared import GradingSandbox
 from coding_agent_rl.grading.workspace import prepare_workspace
 from coding_agent_rl.harness import HarnessContext
+from coding_agent_rl.rollout.attribution import (
+    ArtifactBudget,
+    InfraFailure,
+    check_agent,
+    file_size,
+)
 from coding_agent_rl.rollout.config import LOCAL_BACKENDS, RolloutConfig, RolloutOutcome
 from coding_agent_rl.rollout.prompt import PROBLEM_FILE, render_prompt
 from coding_agent_rl.rollout.timing import Timings
@@ -60,18 +66,6 @@ async def _settle(task: asyncio.Future[Any]) -> None:
 def event(name: str, sid: str, **fields: Any) -> None:
     """One structured log line per rollout event: ``rollout.<name> sid=... {json fields}``."""
     log.info("rollout.%s sid=%s %s", name, sid, json.dumps(fields, default=str, sort_keys=True))
-
-
-class InfraFailure(Exception):
-    """A failure that is not the model's: the rollout is dropped from training and retried.
-    ``stage`` names the component (see the module docstring)."""
-
-    def __init__(self, message: str, *, stage: str):
-        super().__init__(message)
-        self.stage = stage
-
-
-ARTIFACT_BUDGET = 6 * 1024 * 1024  # bytes of artifacts one rollout may write
 
 
 # Called with (session_id, row) once the adapter session is open, e.g. to hand the replay
@@ -270,8 +264,8 @@ class RolloutRunner:
                 turns=len(turns),
                 agent_s=round(agent.duration_s, 3),
             )
-            self._check_agent(sid, agent, turns, record)
-            budget = [ARTIFACT_BUDGET - self._size(agent.host_log_path)]
+            check_agent(self.adapter.sessions.errors(sid), agent, turns, record)
+            budget = ArtifactBudget(spent=file_size(agent.host_log_path))
             with timings.phase("diff_s"):
                 try:
                     diff = await capture_diff(sb, row.workdir, base_commit=base_commit)
@@ -286,7 +280,7 @@ class RolloutRunner:
             # the stack waits for that before the rollout returns.
             closing = asyncio.ensure_future(self._close_timed(sb, timings))
             stack.push_async_callback(asyncio.wait, [closing])
-            self._write_artifact(art, "diff.patch", diff.data, budget)
+            budget.write(art, "diff.patch", diff.data)
             record["artifacts"] = self._artifacts(art, agent)
             with timings.phase("grade_s"):
                 t_grade = time.monotonic()
@@ -305,7 +299,7 @@ class RolloutRunner:
                 if ahead.ready_at is not None:
                     timings.steps["grading_prepare"] = ahead.prepare_s or 0.0
                     timings.steps["grading_wait"] = max(0.0, ahead.ready_at - t_grade)
-        self._write_artifact(art, "test_log.txt", result.test_log, budget)
+        budget.write(art, "test_log.txt", result.test_log)
         record.update(
             reward=result.reward,
             f2p_passed=result.f2p_passed,
@@ -398,25 +392,6 @@ class RolloutRunner:
         except Exception as e:  # the task's own set-up failed: not the model's doing
             raise InfraFailure(f"workspace: {e}", stage="workspace") from e
 
-    def _check_agent(self, sid: str, agent: Any, turns: list[Any], record: dict) -> None:
-        """Infra only on evidence the agent cannot produce (see the module docstring)."""
-        errors = self.adapter.sessions.errors(sid)
-        confirmed = [e for e in errors if e.startswith("infra: ")]
-        if errors:
-            record["adapter_errors"] = [e[:300] for e in errors[-5:]]
-        if confirmed and agent.exit_code != 0:
-            raise InfraFailure(
-                f"policy server failed {len(confirmed)}x (last: {confirmed[-1][:200]}); "
-                f"agent exited {agent.exit_code}",
-                stage="policy",
-            )
-        if not turns:  # the CLI never got a reply to its first request: the model never acted
-            tail = (agent.log_tail or "")[-300:]
-            last = f"; adapter: {errors[-1][:200]}" if errors else ""
-            raise InfraFailure(
-                f"agent made no model call (exit {agent.exit_code}){last}: {tail}", stage="agent"
-            )
-
     def _samples(
         self,
         row: Any,
@@ -485,27 +460,6 @@ class RolloutRunner:
         d = self.config.out_dir / "rollouts" / f"{row.instance_id}__{base.index}"
         d.mkdir(parents=True, exist_ok=True)
         return d
-
-    def _write_artifact(
-        self, art: pathlib.Path | None, name: str, data: str | bytes | None, budget: list[int]
-    ) -> None:
-        """Write an artifact within what is left of the rollout's ``budget`` (tail kept)."""
-        if art is None or data is None:
-            return
-        raw = data if isinstance(data, bytes) else data.encode("utf-8", "replace")
-        left = max(0, budget[0])
-        if len(raw) > left:
-            marker = f"[... {len(raw) - left} bytes dropped: the rollout's artifact budget ...]\n"
-            raw = marker.encode() + (raw[-left:] if left else b"")
-        budget[0] -= len(raw)
-        (art / name).write_bytes(raw)
-
-    @staticmethod
-    def _size(path: Any) -> int:
-        try:
-            return pathlib.Path(path).stat().st_size if path else 0
-        except OSError:
-            return 0
 
     def _artifacts(self, art: pathlib.Path | None, agent: Any) -> dict[str, str]:
         if art is None or self.config.out_dir is None:
