@@ -9,7 +9,8 @@ round1.py) and as shipped:
   ``max_tokens``, then kill the CLI (a non-zero exit);
 * ``sparse_log`` (class 6): turn the agent log into a 200 MiB sparse file;
 * ``forge_results`` (class 1, end to end): patch pytest's runner from the package's
-  ``__init__.py`` through the shell; grading zeroes it and the rollout records the evidence.
+  ``__init__.py`` through the shell; grading zeroes it and the rollout records the evidence;
+* ``big_diff`` (class 6): a diff over the capture cap is the model's failure, named as such.
 
 Round 1: ``infra`` for the first two, the whole sparse file read into the host. Shipped: every
 scenario is the model's failure (reward 0: the agent fixed nothing), and the host copy of the
@@ -67,17 +68,22 @@ FORGE_RESULTS = (
     " >> /testbed/textkit/__init__.py && tail -3 /testbed/textkit/__init__.py"
 )
 
+# A diff over the capture cap is the model's failure, reported as such (not as "empty diff").
+BIG_DIFF = "head -c 3000000 /dev/urandom > /testbed/blob.bin && ls -la /testbed/blob.bin"
+
 SCENARIOS = {
     "evidence": "editor",
     "adapter": "confparse",
     "sparse_log": "pager",
     "forge_results": "slugify",
+    "big_diff": "daterange",
 }
 STEPS = {
     "evidence": FORGE_EVIDENCE,
     "adapter": MALFORMED_REQUEST,
     "sparse_log": SPARSE_LOG,
     "forge_results": FORGE_RESULTS,
+    "big_diff": BIG_DIFF,
 }
 
 
@@ -157,6 +163,12 @@ def test_a_forgery_through_the_agents_shell_is_zeroed_and_recorded(outcomes):
     assert new["fail_reason"].startswith("tamper screen: textkit/__init__.py:"), new
     assert new["tampering"] and new["tampering"] == new["screen_findings"]
     assert new["result_method"] == "plugin"
+
+
+def test_a_diff_over_the_cap_is_named_so(outcomes):
+    new = outcomes["shipped"]["big_diff"]
+    assert (new["failure_kind"], new["reward"]) == ("model", 0.0), new
+    assert new["fail_reason"].startswith("diff over the 2 MiB cap: "), new["fail_reason"]
 
 
 def test_no_container_left(outcomes):
