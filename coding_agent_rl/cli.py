@@ -23,7 +23,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "coding_agent_rl.commands.sandboxes",
         "list or garbage-collect leftover sandboxes",
     ),
-    "bench": ("coding_agent_rl.bench", "benchmarks: sandbox | adapter | rollout | native"),
+    "bench": (
+        "coding_agent_rl.bench",
+        "benchmarks: sandbox | adapter | rollout | grading | native",
+    ),
     "policy-server": ("coding_agent_rl.policy.cli", "serve a CPU policy over SGLang's /generate"),
     "tokenizer": ("coding_agent_rl.policy.tokenizer_cli", "write a tokenizer directory (qwen3)"),
     "agents": ("coding_agent_rl.harness.cli", "fetch agent CLI binaries into the cache"),

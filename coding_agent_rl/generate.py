@@ -12,7 +12,9 @@ Read from ``args``: ``rollout_max_context_len`` (prompt + response per sample an
 (claude_code | codex | ... | native: the policy's tool calls run by the coding environment
 through the native loop, ``coding_agent_rl/env/``), ``CODING_AGENT_RL_SANDBOX`` (docker | e2b | local),
 ``SWE_AGENT_TIME_BUDGET_SEC``, ``SWE_EVAL_TIMEOUT_SEC``, ``SWE_ROLLOUT_DEADLINE_SEC``,
-``CODING_AGENT_RL_REWARD_MODE`` (full | split), ``SWE_CC_PROMPT``, ``CODING_AGENT_RL_OUT_DIR``;
+``CODING_AGENT_RL_REWARD_MODE`` (full | split), ``CODING_AGENT_RL_TAMPER_POLICY`` (zero | flag:
+what a static tamper-screen finding does to the reward), ``SWE_CC_PROMPT``,
+``CODING_AGENT_RL_OUT_DIR``;
 ``SWE_BOOT_CONCURRENCY`` and ``ADAPTER_PUBLIC_HOST`` / ``ADAPTER_BIND_HOST`` are read by the
 sandbox and harness layers.
 
@@ -81,6 +83,7 @@ def runtime_config_from_args(args: Any) -> Any:
         max_response=getattr(args, "rollout_max_response_len", None),
         model_name=os.environ.get("CODING_AGENT_RL_MODEL_NAME", "policy"),
         out_dir=pathlib.Path(out_dir) if out_dir else None,
+        tamper_policy=os.environ.get("CODING_AGENT_RL_TAMPER_POLICY", "zero"),
     )
     agent = os.environ.get("SWE_AGENT", "claude_code")
     native: dict[str, Any] = {}

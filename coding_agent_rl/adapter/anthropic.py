@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 from coding_agent_rl.adapter import canonical as C
+from coding_agent_rl.adapter import fields
 from coding_agent_rl.adapter.errors import AdapterError, BadRequest
 from coding_agent_rl.adapter.wire import Reply, WireFormat, WireRequest, new_id, sse
 
@@ -54,6 +55,8 @@ class AnthropicMessages(WireFormat):
     # -- request --
 
     def parse(self, body: dict[str, Any]) -> WireRequest:
+        fields.common(body)
+        sampling = self._sampling(body)
         raw_messages = body.get("messages")
         if not isinstance(raw_messages, list) or not raw_messages:
             raise BadRequest("messages: a non-empty list is required")
@@ -74,7 +77,7 @@ class AnthropicMessages(WireFormat):
         return WireRequest(
             messages=messages,
             tools=self._tools(body.get("tools")),
-            sampling=self._sampling(body),
+            sampling=sampling,
             stream=bool(body.get("stream")),
             model=str(body.get("model") or ""),
         )
@@ -155,14 +158,7 @@ class AnthropicMessages(WireFormat):
 
     @staticmethod
     def _sampling(body: dict[str, Any]) -> dict[str, Any]:
-        out = {
-            "max_new_tokens": body.get("max_tokens"),
-            "temperature": body.get("temperature"),
-            "top_p": body.get("top_p"),
-            "top_k": body.get("top_k"),
-            "stop": body.get("stop_sequences") or None,
-        }
-        return {k: v for k, v in out.items() if v is not None}
+        return fields.sampling(body, max_tokens=("max_tokens",), stop="stop_sequences")
 
     # -- reply --
 

@@ -1,4 +1,10 @@
-"""Errors the adapter answers with; each wire format renders them in its own error shape."""
+"""Errors the adapter answers with; each wire format renders them in its own error shape.
+
+``infra_evidence``: whether the error is evidence of an infrastructure failure that the rollout
+may count against the infrastructure (``failure_kind: infra``). Only a policy-server failure that
+a health probe of the server confirms is; a malformed request (400), a refusal, or an adapter
+error a request provoked are not — the agent can send any of those on demand with its own key.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ class AdapterError(Exception):
 
     status = 500
     kind = "api_error"
+    infra_evidence = False
 
     def __init__(self, message: str, *, status: int | None = None):
         super().__init__(message)
@@ -36,10 +43,19 @@ class SessionClosed(AdapterError):
     status, kind = 503, "overloaded_error"
 
 
+class PolicyRejected(BadRequest):
+    """SGLang refused the request as invalid (4xx): the request's doing, answered 400."""
+
+
 class UpstreamError(AdapterError):
-    """SGLang failed or could not be reached (after retries)."""
+    """SGLang failed or could not be reached (after retries). ``confirmed``: a health probe of
+    the policy server failed right after (see :attr:`AdapterError.infra_evidence`)."""
 
     status, kind = 502, "api_error"
+
+    def __init__(self, message: str, *, status: int | None = None, confirmed: bool = False):
+        super().__init__(message, status=status)
+        self.infra_evidence = confirmed
 
 
 class PolicyAborted(AdapterError):
@@ -51,3 +67,9 @@ class PolicyAborted(AdapterError):
 
 class ClientGone(Exception):
     """The agent CLI disconnected before the reply was fully written (logged as 499)."""
+
+
+def error_note(err: AdapterError) -> str:
+    """How a session records an error it answered: ``infra: ...`` when the error is evidence of
+    an infrastructure failure, ``request: ...`` otherwise (kept for the record, never counted)."""
+    return f"{'infra' if err.infra_evidence else 'request'}: {err.message}"

@@ -16,10 +16,16 @@ from typing import Any
 
 from aiohttp import web
 
-from coding_agent_rl.adapter.errors import AdapterError, BadRequest, ClientGone, TooLarge
+from coding_agent_rl.adapter.errors import (
+    AdapterError,
+    BadRequest,
+    ClientGone,
+    TooLarge,
+    error_note,
+)
 from coding_agent_rl.adapter.sessions import SessionStore
 from coding_agent_rl.adapter.turns import TurnEngine
-from coding_agent_rl.adapter.wire import WireFormat
+from coding_agent_rl.adapter.wire import WireFormat, parse_request
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +102,7 @@ class TurnHandler:
         resp: web.StreamResponse | None = None
         try:
             body = await read_json(request, self.max_body)
-            req = wire.parse(body)
+            req = parse_request(wire, body)
             session = self.sessions.admit(header_session_id(request) or wire.session_hint(body))
             prepared = await self.engine.prepare(session, self.sessions.snapshot(session), req)
             if req.stream:
@@ -125,8 +131,8 @@ class TurnHandler:
             if not isinstance(e, AdapterError):
                 log.exception("adapter failure")
             if session is not None and err.status >= 500:
-                # the policy or the adapter failed, not the model: the rollout reads this
-                self.sessions.note_error(session, str(err))
+                # "infra: ..." only when a health probe confirmed the policy server failed
+                self.sessions.note_error(session, error_note(err))
             if resp is None or not resp.prepared:
                 return error_response(wire, err)
             try:  # the stream already started: an error event, so the CLI does not hang

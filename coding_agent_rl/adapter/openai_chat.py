@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from coding_agent_rl.adapter import canonical as C
+from coding_agent_rl.adapter import fields
 from coding_agent_rl.adapter.errors import AdapterError, BadRequest
 from coding_agent_rl.adapter.wire import Reply, WireFormat, WireRequest, new_id, sse
 
@@ -45,6 +46,10 @@ class OpenAIChat(WireFormat):
         self.include_usage = False
 
     def parse(self, body: dict[str, Any]) -> WireRequest:
+        fields.common(body)
+        sampling = self._sampling(body)
+        if fields.opt_int(body, "n", minimum=1) not in (None, 1):
+            raise BadRequest("n: only one choice per request is supported")
         raw_messages = body.get("messages")
         if not isinstance(raw_messages, list) or not raw_messages:
             raise BadRequest("messages: a non-empty list is required")
@@ -66,12 +71,12 @@ class OpenAIChat(WireFormat):
                 messages.append(tool_msg)
             else:
                 raise BadRequest(f"unsupported message role {role!r}")
-        options = body.get("stream_options")
+        options = fields.opt_object(body, "stream_options")
         self.include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
         return WireRequest(
             messages=messages,
             tools=self._tools(body),
-            sampling=self._sampling(body),
+            sampling=sampling,
             stream=bool(body.get("stream")),
             model=str(body.get("model") or ""),
         )
@@ -110,15 +115,12 @@ class OpenAIChat(WireFormat):
 
     @staticmethod
     def _sampling(body: dict[str, Any]) -> dict[str, Any]:
-        stop = body.get("stop")
-        out = {
-            "max_new_tokens": body.get("max_completion_tokens") or body.get("max_tokens"),
-            "temperature": body.get("temperature"),
-            "top_p": body.get("top_p"),
-            "top_k": body.get("top_k"),
-            "stop": [stop] if isinstance(stop, str) else (stop or None),
-        }
-        return {k: v for k, v in out.items() if v is not None}
+        return fields.sampling(
+            body,
+            max_tokens=("max_completion_tokens", "max_tokens"),
+            stop="stop",
+            stop_single_ok=True,
+        )
 
     # -- reply --
 

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from coding_agent_rl.adapter import canonical as C
+from coding_agent_rl.adapter import fields
 from coding_agent_rl.adapter.errors import AdapterError, BadRequest
 from coding_agent_rl.adapter.openai_chat import content_text
 from coding_agent_rl.adapter.wire import Reply, WireFormat, WireRequest, new_id, sse
@@ -76,6 +77,9 @@ class OpenAIResponses(WireFormat):
     # -- request --
 
     def parse(self, body: dict[str, Any]) -> WireRequest:
+        fields.common(body)
+        fields.opt_str(body, "instructions")
+        sampling = self._sampling(body)
         items = body.get("input")
         if isinstance(items, str):
             items = [{"type": "message", "role": "user", "content": items}]
@@ -120,7 +124,7 @@ class OpenAIResponses(WireFormat):
         return WireRequest(
             messages=messages,
             tools=tools,
-            sampling=self._sampling(body),
+            sampling=sampling,
             stream=bool(body.get("stream")),
             model=str(body.get("model") or ""),
         )
@@ -168,12 +172,7 @@ class OpenAIResponses(WireFormat):
 
     @staticmethod
     def _sampling(body: dict[str, Any]) -> dict[str, Any]:
-        out = {
-            "max_new_tokens": body.get("max_output_tokens"),
-            "temperature": body.get("temperature"),
-            "top_p": body.get("top_p"),
-        }
-        return {k: v for k, v in out.items() if v is not None}
+        return fields.sampling(body, max_tokens=("max_output_tokens",), stop=None, top_k=False)
 
     # -- reply --
 

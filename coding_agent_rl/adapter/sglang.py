@@ -11,6 +11,13 @@ Every request carries ``X-SMG-Routing-Key`` (the caller's key: slime's per-sampl
 ``session_id`` when it set one, else the adapter session): the gateway keeps a session on one
 worker and its prefix cache warm. ``meta_info.weight_version`` (the policy version that sampled
 the reply, when the engine reports one) is kept per turn.
+
+Failures are classified by what they prove. SGLang refusing a request (4xx) is the request's
+doing: :class:`PolicyRejected` (the client gets 400). A failure to connect, a broken-off or timed
+out call, or a 5xx answer raises :class:`UpstreamError`, which counts as an infrastructure failure
+(``infra_evidence``) only when a health probe of the server (``GET /health``), made right away,
+fails too: a server that answers its health check while failing one request failed *that request*,
+which the agent may have crafted. A reply that breaks SGLang's own format is the server's fault.
 """
 
 from __future__ import annotations
@@ -24,12 +31,13 @@ from typing import Any
 
 import aiohttp
 
-from coding_agent_rl.adapter.errors import UpstreamError
+from coding_agent_rl.adapter.errors import PolicyRejected, UpstreamError
 
 log = logging.getLogger(__name__)
 
 ROUTING_HEADER = "X-SMG-Routing-Key"
 FINISH_REASONS = ("stop", "length", "abort")
+HEALTH_TIMEOUT_S = 5.0
 
 
 @dataclasses.dataclass
@@ -98,10 +106,12 @@ class SGLangClient:
             # Shielded: the abort must go out even though this task is being cancelled.
             await asyncio.shield(self._abort_quietly(rid))
             if isinstance(e, asyncio.TimeoutError):
-                raise UpstreamError(
-                    f"SGLang did not answer within {self.timeout_s:.0f}s", status=504
+                raise await self._probed(
+                    UpstreamError(f"SGLang did not answer within {self.timeout_s:.0f}s", status=504)
                 ) from e
             raise
+        except UpstreamError as e:
+            raise await self._probed(e) from e.__cause__
         gen = _parse_generation(data)
         gen.rid = rid
         gen.latency_s = time.monotonic() - started
@@ -115,6 +125,11 @@ class SGLangClient:
                 async with self._session().post(url, json=payload, headers=headers) as resp:
                     if resp.status in (502, 503, 504) and attempt < self.connect_retries:
                         log.warning("SGLang answered %s; retrying", resp.status)
+                    elif 400 <= resp.status < 500:
+                        text = await resp.text()
+                        raise PolicyRejected(
+                            f"the policy server rejected the request ({resp.status}): {text[:300]}"
+                        )
                     elif resp.status != 200:
                         text = await resp.text()
                         raise UpstreamError(
@@ -132,6 +147,27 @@ class SGLangClient:
             await asyncio.sleep(min(self.backoff_s * 2**attempt, 8.0))
         raise AssertionError("unreachable")
 
+    async def healthy(self) -> bool:
+        """Whether the server answers ``GET /health`` with 200 within a few seconds."""
+        try:
+            timeout = aiohttp.ClientTimeout(total=HEALTH_TIMEOUT_S)
+            async with self._session().get(f"{self.base_url}/health", timeout=timeout) as resp:
+                await resp.read()
+                return resp.status == 200
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            return False
+
+    async def _probed(self, err: UpstreamError) -> UpstreamError:
+        """``err``, marked as infrastructure evidence when the server's health check fails."""
+        if await self.healthy():
+            err.message += " (the policy server's health check passes)"
+            err.args = (err.message,)
+        else:
+            err.infra_evidence = True
+            err.message += " (the policy server's health check fails too)"
+            err.args = (err.message,)
+        return err
+
     async def abort(self, rid: str) -> None:
         url = f"{self.base_url}/abort_request"
         timeout = aiohttp.ClientTimeout(total=10)
@@ -146,6 +182,16 @@ class SGLangClient:
 
 
 def _parse_generation(data: dict[str, Any]) -> Generation:
+    try:
+        return _generation(data)
+    except UpstreamError as e:
+        e.infra_evidence = True  # the server's own reply is broken, whatever was asked
+        raise
+    except (TypeError, ValueError, KeyError, IndexError) as e:
+        raise UpstreamError(f"malformed /generate reply: {e}", confirmed=True) from e
+
+
+def _generation(data: dict[str, Any]) -> Generation:
     if not isinstance(data, dict) or "meta_info" not in data:
         raise UpstreamError(f"unexpected /generate reply: {str(data)[:300]}")
     meta = data["meta_info"]

@@ -9,7 +9,7 @@ import secrets
 import string
 from typing import Any
 
-from coding_agent_rl.adapter.errors import AdapterError
+from coding_agent_rl.adapter.errors import AdapterError, BadRequest
 
 _ALNUM = string.ascii_letters + string.digits
 
@@ -104,3 +104,14 @@ class WireFormat(abc.ABC):
     def heartbeat(self) -> bytes:
         """Keeps idle-timeouts of the client from firing during a long generation."""
         return b": keepalive\n\n"
+
+
+def parse_request(wire: WireFormat, body: dict[str, Any]) -> WireRequest:
+    """``wire.parse(body)``; whatever a malformed body trips in the parser is the client's error
+    (``400`` in its own format), never an adapter failure."""
+    try:
+        return wire.parse(body)
+    except AdapterError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError, RecursionError) as e:
+        raise BadRequest(f"malformed {wire.name} request: {type(e).__name__}: {e}") from e

@@ -28,6 +28,7 @@ BENCHMARKS = {
     "adapter": "incremental vs full prompt rendering on a long agent session",
     "rollout": "end-to-end rollouts on the bundled tasks",
     "native": "the native loop: per-turn overhead at 32k context, rollouts/min vs Claude Code",
+    "grading": "tamper-evident grading vs a plain pytest -rA run of the same tests",
 }
 
 

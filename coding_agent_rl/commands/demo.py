@@ -162,8 +162,9 @@ def table(results: dict[str, dict[str, Any]]) -> str:
     lines = [head, "-" * len(head)]
     for name, s in results.items():
         fails = ",".join(f"{k}={v}" for k, v in sorted(s["failures_by_kind"].items())) or "-"
+        reward = "-" if s["mean_reward"] is None else f"{s['mean_reward']:.2f}"
         lines.append(
-            f"{name:<15}{s['total']:>9}{s['solved']:>8}{s['mean_reward']:>8.2f}{fails:>18}"
+            f"{name:<15}{s['total']:>9}{s['solved']:>8}{reward:>8}{fails:>18}"
             f"{s['timings_p50'].get('total_s', 0):>8.1f}"
         )
     return "\n".join(lines)

@@ -1,4 +1,9 @@
-"""``coding-agent-rl run``: rollouts over a dataset, written to an output folder."""
+"""``coding-agent-rl run``: rollouts over a dataset, written to an output folder.
+
+Exit status: 0 when the run finished, 2 for a usage error, 3 when *every* rollout failed for an
+infrastructure reason (nothing was graded: a broken image, an unreachable policy server, ...);
+the message names the failing component and the first reason.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import argparse
 import asyncio
 import json
 import pathlib
+import sys
 
 from coding_agent_rl.cli import UserError
 
@@ -50,6 +56,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="native agent option, e.g. on_no_tool_call=nudge, max_response=8192, "
         "bash_timeout_s=60 (repeatable; see rollout/native.py NativeOptions)",
+    )
+    p.add_argument(
+        "--tamper-policy",
+        choices=("zero", "flag"),
+        default="zero",
+        help="static tamper screen findings: zero the reward (default) or only record them",
     )
     p.add_argument(
         "--sandbox-option",
@@ -104,6 +116,7 @@ def build_config(args: argparse.Namespace):
             reward_mode=args.reward_mode,
             max_turns=args.max_turns,
             out_dir=args.out,
+            tamper_policy=args.tamper_policy,
         ),
     )
 
@@ -167,7 +180,23 @@ def run(args: argparse.Namespace) -> int:
             info={"dataset": str(args.dataset)},
         )
     )
+    keys = ("total", "graded", "solved", "mean_reward", "infra_failures", "failures_by_kind")
+    print(json.dumps({k: summary[k] for k in keys}))
+    return all_infra_exit(summary)
+
+
+ALL_INFRA_EXIT = 3
+
+
+def all_infra_exit(summary: dict) -> int:
+    """3 (with a message on stderr) when every rollout failed for infrastructure reasons."""
+    total, infra = summary["total"], summary["infra_failures"]
+    if not total or infra < total:
+        return 0
+    stages = ", ".join(f"{k}: {v}" for k, v in sorted(summary["infra_by_stage"].items()))
     print(
-        json.dumps({k: summary[k] for k in ("total", "solved", "mean_reward", "failures_by_kind")})
+        f"coding-agent-rl run: every rollout ({total}) failed for infrastructure reasons "
+        f"({stages}); nothing was graded. First: {summary['first_infra_reason']}",
+        file=sys.stderr,
     )
-    return 0
+    return ALL_INFRA_EXIT

@@ -30,18 +30,26 @@ def _leak(r: RowReport) -> str:
 
 
 def _table(reports: list[RowReport]) -> str:
-    """One line per row: validity, image source, leak check (after the scrub ``run`` does)."""
+    """One line per row: validity, image source, leak check (after the scrub ``run`` does),
+    tamper-screen findings on the gold patch (false positives by definition)."""
     width = max([len("instance_id")] + [len(r.instance_id) for r in reports])
-    head = f"{'instance_id':<{width}}  {'valid':<5}  {'image':<7}  {'leaks':<8}  {'time':>6}"
+    head = (
+        f"{'instance_id':<{width}}  {'valid':<5}  {'image':<7}  {'leaks':<8}  {'time':>6}"
+        f"  {'screen FP':>9}"
+    )
     lines = [f"{head}  reason"]
     for r in reports:
         mark = "yes" if r.valid else "NO"
         lines.append(
             f"{r.instance_id:<{width}}  {mark:<5}  {r.image_source or '-':<7}  {_leak(r):<8}  "
-            f"{r.duration_s:>5.1f}s  {r.reason}"
+            f"{r.duration_s:>5.1f}s  {r.screen_fp:>9}  {r.reason}"
         )
     bad = sum(not r.valid for r in reports)
-    lines.append(f"{len(reports) - bad}/{len(reports)} rows valid")
+    fp = sum(r.screen_fp for r in reports)
+    lines.append(
+        f"{len(reports) - bad}/{len(reports)} rows valid; tamper-screen false positives on gold "
+        f"patches: {fp}"
+    )
     return "\n".join(lines)
 
 

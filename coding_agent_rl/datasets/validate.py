@@ -4,7 +4,9 @@
   pass-to-pass test passes (for ``eval_cmd`` / Harbor rows: the task is not solved);
 - with the gold patch the task is solved (reward 1.0), and the gold patch touches no protected
   path (the grader would drop that part);
-- both hold on every one of ``runs`` repetitions (a flaky test shows up as a disagreement).
+- both hold on every one of ``runs`` repetitions (a flaky test shows up as a disagreement);
+- the static tamper screen (grading/screen.py) flags nothing in the gold patch: ``screen_fp``
+  counts its findings there, which are false positives by definition.
 
 Before grading, each row goes through exactly the workspace preparation ``run`` gives an agent
 (:func:`~coding_agent_rl.rollout.workspace.prepare_agent_workspace`: pre_commands, snapshot,
@@ -42,6 +44,7 @@ class RowReport:
     image_source: str = ""  # built | pulled | used | missing ("" where the backend cannot tell)
     workspace: str = ""  # "ok", or why the agent-side preparation failed
     leaks: list[str] = dataclasses.field(default_factory=list)  # what the agent could see
+    screen_fp: int = 0  # tamper-screen findings on the gold patch (false positives)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -70,6 +73,8 @@ def _check_noop(row: TaskRow, r: GradeResult) -> str | None:
 def _check_gold(r: GradeResult) -> str | None:
     if r.failure_kind == "infra":
         return f"gold run failed to grade: {r.reason}"
+    if r.screen_findings:
+        return f"the tamper screen flags the gold patch: {r.screen_findings[0]}"
     if r.reward < 1.0:
         return f"gold patch does not solve the task: {r.reason}"
     return None
@@ -167,6 +172,7 @@ async def validate_row(
         if run_gold:
             report.gold.append(_summary(results[1]))
             problems.append(_check_gold(results[1]) or "")
+    report.screen_fp = len({f for g in report.gold for f in g.get("screen_findings") or []})
     problems = list(dict.fromkeys(p for p in problems if p))
     if not problems and runs > 1 and _disagree(report):
         problems.append("flaky: repeated runs disagree on some test")

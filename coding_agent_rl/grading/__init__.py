@@ -7,6 +7,34 @@ with a :class:`GradingSandbox` created and prepared while the agent works:
 ``await grade(row, diff.text, sandbox=ahead)``.
 Note that ``coding_agent_rl.grading.grade`` is the function; the module is reached with
 ``importlib.import_module("coding_agent_rl.grading.grade")``.
+
+Tamper evidence (issue R2-1). The policy controls every byte of the diff, and the code it writes
+runs inside the test process. Layers, each closing a class of forgery (:mod:`.defences` has
+the switches):
+
+==========================  =============================================================
+protected paths             conftest.py, runner configs, start-up hooks, test files (protect)
+expansion bound             a small patch that would write gigabytes (expansion)
+new-module rule             new test modules; new modules shadowing the standard library,
+                            an installed distribution or a repository module (pytest_plugin)
+safe path                   PYTHONSAFEPATH: the working directory is not first on sys.path
+result channel              our plugin, loaded before repository code, reports each test and
+                            a final record over an inherited descriptor, HMAC-chained with a
+                            per-run key the tests never see (pytest_plugin, channel)
+exit-status agreement       pytest's real exit status must match the records (channel)
+canaries                    generated must-fail / must-pass tests among the hidden ones
+static screen               _pytest, hooks, os._exit, atexit, gc.get_objects, ... (screen)
+fresh-sandbox control runs  ambiguous failures re-run without the agent, never where its
+                            code ran (protocols)
+==========================  =============================================================
+
+What remains possible, and why: code in the test process can in principle read the key from
+memory and sign records, or read the test files to tell canaries from hidden tests and forge only
+the latter; doing so needs deliberate introspection of our plugin (which the screen's patterns
+and the canaries make costly, not impossible). Rows whose ``test_cmd`` is not pytest are graded
+from their log (``result_method: log``): the screen, the new-module rule and fresh control runs
+apply, the channel and canaries do not. The disk a diff may fill is bounded here on the host;
+the grading sandbox's own disk quota comes from the sandbox layer (issue R2-2).
 """
 
 from coding_agent_rl.grading.diff import CapturedDiff, DiffCaptureError, capture_diff

@@ -5,7 +5,9 @@ repository borrows the agent's objects (``objects/info/alternates``) and builds 
 the base tree, so nothing the agent wrote into ``.git/config`` (hooks, fsmonitor, filter or diff
 drivers) runs, the agent's index is left as it was, and commits the agent made are still
 diffed against the base. New (untracked, not ignored) files are included; the harness's own
-files are excluded; a diff over the size cap comes back empty with ``truncated_reason`` set.
+files are excluded; a diff over the size cap comes back empty with ``truncated_reason`` set
+("diff over the N MiB cap ..."): the rollout scores that as the model's failure, never as an
+empty diff.
 """
 
 from __future__ import annotations
@@ -108,10 +110,9 @@ async def capture_diff(
     raw_names = base64.b64decode(names_b64)
     files = tuple(n.decode("utf-8", "surrogateescape") for n in raw_names.split(b"\0") if n)
     if size > limit:
-        cap = (
-            f"{max_bytes}-byte cap" if limit == max_bytes else f"sandbox output cap ({limit} bytes)"
-        )
-        reason = f"diff is {size} bytes, over the {cap} ({len(files)} files)"
+        shown = f"{limit / 2**20:g} MiB" if limit >= 2**20 else f"{limit}-byte"
+        cap = f"{shown} cap" + ("" if limit == max_bytes else " (the sandbox's output cap)")
+        reason = f"diff over the {cap}: {size} bytes in {len(files)} files"
         return CapturedDiff(text="", size=size, files=files, truncated_reason=reason)
     data = base64.b64decode(data_b64)
     return CapturedDiff(text=data.decode("utf-8", "surrogateescape"), size=size, files=files)

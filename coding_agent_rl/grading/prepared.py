@@ -1,10 +1,13 @@
 """A grading sandbox brought to its base state before the agent's diff exists.
 
-Everything grading does before it needs the diff — create the sandbox from the task's image with
-the network off, run ``pre_commands``, snapshot the base commit, set up the unprivileged test
-user, upload the hidden test patch — depends on the row alone. :class:`GradingSandbox` starts
-that in the background (e.g. while the agent runs) and hands the result to
-``grade(..., sandbox=...)``, which takes only the diff from the agent's side.
+Everything grading does before it needs the diff depends on the row alone: create the sandbox from
+the task's image with the network off, run ``pre_commands``, snapshot the base commit, set up the
+unprivileged test user, upload the hidden test patch, and — for plugin-graded rows — read the
+hidden test files as they will be (base + test patch), derive this run's canaries from them, and
+stage the test files with the canaries in place, the grader's plugin and the run's key
+(:mod:`coding_agent_rl.grading.channel`). :class:`GradingSandbox` starts that in the background
+(e.g. while the agent runs) and hands the result to ``grade(..., sandbox=...)``, which takes only
+the diff from the agent's side.
 
 Usage (the rollout runner's)::
 
@@ -16,6 +19,10 @@ Usage (the rollout runner's)::
 ``close()`` (and leaving the ``async with``) cancels a preparation under way and destroys the
 sandbox on every path, cancellation included; a failed preparation surfaces when ``grade``
 waits for it and is scored as an infrastructure failure, as it always was.
+
+What crosses into the sandbox travels as one tar (the *bundle*, root-only) unpacked by the first
+script that runs after the agent's diff is applied: the staged test files and the key are not in
+the workdir before then, and the key never appears on a command line.
 """
 
 from __future__ import annotations
@@ -23,23 +30,36 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import io
+import posixpath
 import shlex
+import tarfile
 import time
 from typing import TYPE_CHECKING, Any
 
-from coding_agent_rl.grading.runner import TestRunner
+from coding_agent_rl.grading import channel
+from coding_agent_rl.grading.canaries import Canary, plan_canaries
+from coding_agent_rl.grading.defences import Defences, result_method
+from coding_agent_rl.grading.patchfiles import patch_paths
+from coding_agent_rl.grading.runner import TEST_UID, TestRunner
 from coding_agent_rl.grading.workspace import (
+    GIT,
     SNAPSHOT_ENV,
     list_script,
     parse_base,
     parse_list,
     prepare_script,
+    restore_script,
     run_checked,
 )
 from coding_agent_rl.sandbox import BACKENDS, Sandbox, create_sandbox
+from coding_agent_rl.sandbox.capped_read import EMIT, emit_command, parse_emitted
 
 if TYPE_CHECKING:  # the schema imports grading.patchfiles; avoid the cycle at runtime
     from coding_agent_rl.datasets.schema import TaskRow
+
+q = shlex.quote
+VIEW_BUDGET = 3 * 1024 * 1024  # test-file bytes read back for canary derivation, all files
 
 
 def sandbox_options_for(backend: str, options: dict[str, Any] | None) -> dict[str, Any]:
@@ -60,16 +80,110 @@ class Prepared:
     base: str  # the snapshot commit (the same id as in the agent sandbox)
     before: frozenset[str]  # paths that differ from HEAD before the diff is applied
     test_diff: str | None  # where the hidden test patch was uploaded
+    method: str = "log"  # defences.result_method
+    module: str = ""  # the plugin's module name in this sandbox
+    key: bytes = b""
+    canaries: tuple[Canary, ...] = ()
+    staged: tuple[str, ...] = ()  # test files replaced by their canary-bearing copies
 
     @property
     def before_file(self) -> str:
         """``before`` in the sandbox, NUL-separated (see :func:`list_script`)."""
         return f"{self.runner.dir}/before.z"
 
+    @property
+    def plugin_file(self) -> str:
+        return f"{self.runner.plugin_dir}/{self.module}.py"
 
-async def prepare_grading(sb: Sandbox, row: TaskRow) -> Prepared:
-    """Upload the test patch, then one exec: pre_commands, snapshot, test user, the base list."""
+    @property
+    def new_list(self) -> str:
+        return f"{self.runner.dir}/new.z"
+
+    def unpack_script(self) -> str:
+        """Unpack the bundle (idempotent): plugin, key, staged test files."""
+        b = q(f"{self.runner.dir}/bundle.tar")
+        return f"if [ -f {b} ]; then tar -xf {b} -C / && rm -f {b}; fi\n"
+
+    def reset_script(self, row: TaskRow, sneaked: list[str]) -> str:
+        """Put ``sneaked`` and the test files back to the base, apply the test patch, put the
+        canary-bearing test files in place, hand the tree to the test user."""
+        wd, base, runner = row.workdir, self.base, self.runner
+        script = self.unpack_script() + f"cd {q(wd)}\n"
+        script += restore_script(base, sneaked + list(row.test_files))
+        if row.test_patch:
+            assert self.test_diff is not None
+            undo = restore_script(base, patch_paths(row.test_patch))
+            script += _TEST_PATCH.format(git=GIT, tp=q(self.test_diff), undo=undo or ":")
+        for path in self.staged:
+            script += f"cp -- {q(f'{runner.dir}/staged/{path}')} {q(path)}\n"
+        if runner.as_user:  # files the test patch created belong to root; hand them over too
+            script += f"chown -R {TEST_UID}:{TEST_UID} {q(wd)}\n"
+        return script
+
+
+# The hidden tests must apply to the base as they are: git apply, else patch (no --3way).
+_TEST_PATCH = """if ! {git} apply --whitespace=nowarn {tp} > {tp}.log 2>&1; then
+  {undo}
+  if ! patch --batch --fuzz=5 -p1 --forward --no-backup-if-mismatch -i {tp} >> {tp}.log 2>&1; then
+    echo "test_patch does not apply:" >&2; tail -c 1500 {tp}.log >&2; exit 1
+  fi
+fi
+"""
+
+
+def _view_script(row: TaskRow, runner: TestRunner, test_diff: str | None) -> str:
+    """Print each test file as the hidden tests leave it (base + test patch), for canaries."""
+    v = f"{runner.dir}/view"
+    files = list(row.test_files)
+    script = f"rm -rf {q(v)}; mkdir -p {q(v)}\n"
+    for f in files:
+        target = q(f"{v}/{f}")
+        script += (
+            f"if {GIT} cat-file -e {q('HEAD:' + f)} 2>/dev/null; then "
+            f"mkdir -p {q(posixpath.dirname(f'{v}/{f}'))} && {GIT} show {q('HEAD:' + f)} > {target}; fi\n"
+        )
+    if test_diff:
+        includes = " ".join(q(f"--include={f}") for f in files)
+        script += (
+            f"( cd {q(v)} && {GIT} apply --whitespace=nowarn {includes} {q(test_diff)} ) "
+            ">/dev/null 2>&1 || echo CAR-VIEW-FAILED\n"
+        )
+    per_file = max(4096, VIEW_BUDGET // max(1, len(files)))
+    return "".join(
+        [script, EMIT]
+        + [emit_command(f"CAR-VIEW:{i}", f"{v}/{f}", per_file, "head") for i, f in enumerate(files)]
+    )
+
+
+def _read_view(stdout: str, row: TaskRow) -> dict[str, str]:
+    if "CAR-VIEW-FAILED" in stdout.splitlines():
+        return {}
+    per_file = max(4096, VIEW_BUDGET // max(1, len(row.test_files)))
+    out = {}
+    for i, f in enumerate(row.test_files):
+        got = parse_emitted(stdout, f"CAR-VIEW:{i}", per_file, "head")
+        if got.exists and not got.truncated:
+            out[f] = got.data.decode("utf-8", "surrogateescape")
+    return out
+
+
+def _bundle(members: dict[str, tuple[bytes, int]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path, (data, mode) in members.items():
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+async def prepare_grading(sb: Sandbox, row: TaskRow, defences: Defences | None = None) -> Prepared:
+    """Upload the test patch; one exec (pre_commands, snapshot, test user, the base list, the
+    hidden test files); derive the canaries; upload the bundle."""
+    defences = defences or Defences()
     runner = TestRunner(sb, row.workdir)
+    method = result_method(row, defences)
+    want_view = method == "plugin" and defences.canaries and bool(row.fail_to_pass)
     test_diff = None
     if row.test_patch:
         test_diff = f"{runner.dir}/test.diff"
@@ -78,13 +192,42 @@ async def prepare_grading(sb: Sandbox, row: TaskRow) -> Prepared:
         sb,
         prepare_script(row)
         + runner.setup_script()
-        + f"cd {shlex.quote(row.workdir)}\n"
+        + f"cd {q(row.workdir)}\n"
+        + (_view_script(row, runner, test_diff) + f"cd {q(row.workdir)}\n" if want_view else "")
         + list_script("HEAD", save=f"{runner.dir}/before.z"),
         "preparing the grading sandbox",
         env=SNAPSHOT_ENV,
     )
     runner.parse_setup(r.stdout)
-    return Prepared(sb, runner, parse_base(r.stdout), frozenset(parse_list(r.stdout)), test_diff)
+    module = channel.new_module_name()
+    prepared = Prepared(
+        sb,
+        runner,
+        parse_base(r.stdout),
+        frozenset(parse_list(r.stdout)),
+        test_diff,
+        method=method,
+        module=module,
+        key=channel.new_key() if method == "plugin" else b"",
+    )
+    plugin = channel.plugin_source(row.workdir, row.test_files, prepared.new_list)
+    members = {prepared.plugin_file: (plugin.encode(), 0o644)}
+    if method == "plugin":
+        members[runner.key_path] = (prepared.key, 0o600)
+    if want_view:
+        plan = plan_canaries(
+            _read_view(r.stdout.partition("CAR-LIST\n")[0], row),
+            row.fail_to_pass,
+            row.pass_to_pass,
+        )
+        for path, text in plan.files.items():
+            data = text.encode("utf-8", "surrogateescape")
+            members[f"{runner.dir}/staged/{path}"] = (data, 0o600)
+        prepared = dataclasses.replace(
+            prepared, canaries=tuple(plan.canaries), staged=tuple(plan.files)
+        )
+    await sb.write_file(f"{runner.dir}/bundle.tar", _bundle(members), mode=0o600)
+    return prepared
 
 
 class GradingSandbox:
@@ -96,8 +239,12 @@ class GradingSandbox:
         *,
         backend: str = "docker",
         sandbox_options: dict[str, Any] | None = None,
+        defences: Defences | None = None,
     ):
         self.row = row
+        self.backend = backend
+        self.sandbox_options = dict(sandbox_options or {})
+        self.defences = defences or Defences()
         self.sandbox = create_sandbox(
             backend, image=row.image, **sandbox_options_for(backend, sandbox_options)
         )
@@ -115,7 +262,7 @@ class GradingSandbox:
     async def _prepare(self) -> Prepared:
         t0 = time.monotonic()
         await self.sandbox.__aenter__()
-        prepared = await prepare_grading(self.sandbox, self.row)
+        prepared = await prepare_grading(self.sandbox, self.row, self.defences)
         self.ready_at = time.monotonic()
         self.prepare_s = self.ready_at - t0
         return prepared

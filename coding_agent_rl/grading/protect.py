@@ -20,10 +20,11 @@ needs to edit one of them is dropped, which is the accepted price):
 - the harness's and grader's own files (``.harness/``, ``PROBLEM_STATEMENT.md``);
 - plus the row's ``protected_paths`` globs.
 
-Not covered (documented limit): the code under test runs inside the test process, so library
-code that monkeypatches the runner, or a module that shadows a not-yet-imported stdlib module,
-can still forge results. Grading in a fresh sandbox, as an unprivileged user, with results read
-only from the runner's own summary, bounds but does not remove that risk.
+Not covered here: the code under test runs inside the test process, so library code that
+monkeypatches the runner, or a new module that shadows a not-yet-imported module, could forge
+results despite these paths. The other layers handle that (see the package docstring): the
+grader's plugin and its result channel, canaries, the exit-status check, the static screen, safe
+path and the new-module rule.
 """
 
 from __future__ import annotations

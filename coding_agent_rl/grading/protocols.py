@@ -1,9 +1,11 @@
-"""The three ways a prepared grading sandbox is scored: per-test results, ``eval_cmd``, Harbor.
+"""The ways a prepared grading sandbox is scored: per-test results (through the grader's plugin, or
+parsed from the log), ``eval_cmd``, Harbor.
 
-Each protocol fills the :class:`GradeResult`. When a run gives no usable result (nothing parsed,
-no reward file) or times out, a *control run* repeats it with the agent's changes reverted: if
-the control run works the agent's diff is at fault (``model``), otherwise the harness is
-(``infra``). See grade.py for the whole table.
+Each protocol fills the :class:`GradeResult`. When a run gives no result (no final plugin record,
+nothing parsed, no reward file) or times out, :meth:`Graded.settle` runs a *control*: the same
+command, in a fresh sandbox from the task's image with only the hidden tests — never where the
+agent's code ran, whose leftovers could break it. If the control gives a result, the agent's diff
+is at fault (``model``), otherwise the harness is (``infra``). See grade.py for the whole table.
 """
 
 from __future__ import annotations
@@ -13,9 +15,13 @@ import json
 import pathlib
 import shlex
 import xml.etree.ElementTree as ET
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, NoReturn
 
+from coding_agent_rl.grading.defences import Defences
+from coding_agent_rl.grading.evidence import plugin_verdict
 from coding_agent_rl.grading.parsers import parse_log
+from coding_agent_rl.grading.prepared import GradingSandbox, Prepared
 from coding_agent_rl.grading.result import GradeResult, cap_log, fail, score_tests
 from coding_agent_rl.grading.runner import TestRun, TestRunner
 from coding_agent_rl.grading.workspace import restore_paths, run_checked
@@ -27,6 +33,7 @@ if TYPE_CHECKING:  # the schema imports grading.patchfiles; avoid the cycle at r
 q = shlex.quote
 HARBOR_TESTS = "/tests"
 HARBOR_LOGS = "/logs/verifier"
+Works = Callable[["Graded"], Awaitable[bool]]
 
 
 @dataclasses.dataclass
@@ -37,9 +44,13 @@ class Graded:
     row: TaskRow
     runner: TestRunner
     base: str
-    agent_paths: list[str]  # what the agent's diff changed, reverted for a control run
+    agent_paths: list[str]  # what the agent's diff changed (reverted for an in-place control)
     result: GradeResult
     timeout: float
+    prepared: Prepared | None = None
+    defences: Defences = dataclasses.field(default_factory=Defences)
+    # Where a control sandbox is created: the GradingSandbox graded, or (backend, options).
+    where: GradingSandbox | tuple[str, dict[str, Any] | None] | None = None
 
     async def revert_agent(self) -> None:
         await restore_paths(
@@ -49,11 +60,70 @@ class Graded:
     def record(self, run: TestRun) -> None:
         self.result.exit_code, self.result.timed_out = run.exit_code, run.timed_out
         self.result.test_log = cap_log(run.log)
+        self.result.test_log_bytes = run.log_size
 
     async def run(self, cmd: str, *, as_root: bool = False) -> TestRun:
         run = await self.runner.run(cmd, timeout=self.timeout, as_root=as_root)
         self.result.tests_s = round(self.result.tests_s + run.duration_s, 3)
         return run
+
+    async def run_plugin(self, cmd: str) -> TestRun:
+        """``cmd`` with the grader's plugin loaded first and its result channel open."""
+        assert self.prepared is not None
+        env = {"PYTEST_PLUGINS": self.prepared.module}
+        if self.defences.safe_path:
+            env["PYTHONSAFEPATH"] = "1"
+        run = await self.runner.run(
+            cmd, timeout=self.timeout, env=env, channel=True, python_path=self.runner.plugin_dir
+        )
+        self.result.tests_s = round(self.result.tests_s + run.duration_s, 3)
+        return run
+
+    async def settle(self, what: str, works: Works) -> NoReturn:
+        """No result from the agent's run: a control run decides whose failure it is."""
+        if self.defences.fresh_control:
+            ok = await _control_in_fresh_sandbox(self, works)
+            self.result.control = f"fresh sandbox: {'a result' if ok else 'no result either'}"
+        else:  # only for tests of this defence: the old way, in the agent's grading sandbox
+            await self.revert_agent()
+            ok = await works(self)
+            self.result.control = f"same sandbox: {'a result' if ok else 'no result either'}"
+        if ok:
+            fail(
+                self.result,
+                "model",
+                f"{what}; without the agent's changes they run, so the diff is at fault",
+            )
+        fail(self.result, "infra", f"{what}, also without the agent's changes")
+
+
+async def _control_in_fresh_sandbox(g: Graded, works: Works) -> bool:
+    if isinstance(g.where, GradingSandbox):
+        backend, options = g.where.backend, g.where.sandbox_options
+    else:
+        backend, options = g.where or ("docker", None)
+    defences = dataclasses.replace(g.defences, canaries=False)
+    async with GradingSandbox(
+        g.row, backend=backend, sandbox_options=options, defences=defences
+    ) as control:
+        prepared = await control.ready()
+        await run_checked(
+            prepared.sb, prepared.reset_script(g.row, []), "control run: applying the hidden tests"
+        )
+        cg = Graded(
+            prepared.sb,
+            g.row,
+            prepared.runner,
+            prepared.base,
+            [],
+            GradeResult(grader=g.row.grader),
+            g.timeout,
+            prepared,
+            defences,
+        )
+        ok = await works(cg)
+    g.result.tests_s = round(g.result.tests_s + cg.result.tests_s, 3)
+    return ok
 
 
 def default_test_cmd(row: TaskRow) -> str:
@@ -64,6 +134,37 @@ def default_test_cmd(row: TaskRow) -> str:
 
 
 async def run_tests(g: Graded) -> None:
+    if g.prepared is not None and g.prepared.method == "plugin":
+        await _run_plugin(g)
+    else:
+        await _run_log(g)
+
+
+async def _run_plugin(g: Graded) -> None:
+    assert g.prepared is not None
+    run = await g.run_plugin(g.row.test_cmd or default_test_cmd(g.row))
+    g.record(run)
+    v = plugin_verdict(g.row, run, g.prepared.key, g.prepared.canaries, g.timeout)
+    g.result.protected_paths_touched += [
+        p for p in v.removed if p not in g.result.protected_paths_touched
+    ]
+    if v.ambiguous and not v.evidence:
+        await g.settle(v.ambiguous, _plugin_works)
+    score_tests(g.result, v.statuses, g.row.log_parser, g.row.fail_to_pass, g.row.pass_to_pass)
+    if v.evidence:
+        g.result.tampering += v.evidence
+        more = f" (+{len(v.evidence) - 1} more)" if len(v.evidence) > 1 else ""
+        fail(g.result, "model", f"tampering: {v.evidence[0]}{more}")
+
+
+async def _plugin_works(g: Graded) -> bool:
+    assert g.prepared is not None
+    run = await g.run_plugin(g.row.test_cmd or default_test_cmd(g.row))
+    v = plugin_verdict(g.row, run, g.prepared.key, (), g.timeout)
+    return not v.ambiguous and not v.evidence
+
+
+async def _run_log(g: Graded) -> None:
     cmd = g.row.test_cmd or default_test_cmd(g.row)
     statuses, run = await _run_and_parse(g, cmd)
     g.record(run)
@@ -71,16 +172,13 @@ async def run_tests(g: Graded) -> None:
         what = (
             f"tests timed out after {g.timeout:.0f}s" if run.timed_out else "no test results parsed"
         )
-        await g.revert_agent()
-        control, crun = await _run_and_parse(g, cmd)
-        if control and not crun.timed_out:
-            fail(
-                g.result,
-                "model",
-                f"{what}; without the agent's changes they run, so the diff is at fault",
-            )
-        fail(g.result, "infra", f"{what}, also without the agent's changes (exit {crun.exit_code})")
+        await g.settle(what, _log_works)
     score_tests(g.result, statuses, g.row.log_parser, g.row.fail_to_pass, g.row.pass_to_pass)
+
+
+async def _log_works(g: Graded) -> bool:
+    statuses, run = await _run_and_parse(g, g.row.test_cmd or default_test_cmd(g.row))
+    return bool(statuses) and not run.timed_out
 
 
 async def _run_and_parse(g: Graded, cmd: str) -> tuple[dict[str, str], TestRun]:
@@ -111,63 +209,69 @@ async def _run_swepro(g: Graded) -> tuple[dict[str, str], TestRun]:
     return statuses, run
 
 
+def _eval_cmd(g: Graded) -> str:
+    return g.row.eval_cmd or f"python3 {g.runner.dir}/out/f2p_script.py"
+
+
+async def _write_eval_script(g: Graded) -> None:
+    if not g.row.eval_cmd:  # a pytest file ending in sys.exit(pytest.main(...))
+        path = f"{g.runner.dir}/out/f2p_script.py"
+        await g.sb.write_file(path, g.row.eval_script or "", mode=0o644)
+
+
 async def run_eval(g: Graded) -> None:
     """``eval_cmd`` (or slime's ``f2p_script``): exit 0 = solved."""
-    cmd = g.row.eval_cmd
-    if not cmd:  # a pytest file ending in sys.exit(pytest.main(...))
-        await g.sb.write_file(
-            f"{g.runner.dir}/out/f2p_script.py", g.row.eval_script or "", mode=0o644
-        )
-        cmd = f"python3 {g.runner.dir}/out/f2p_script.py"
-    run = await g.run(cmd)
+    await _write_eval_script(g)
+    run = await g.run(_eval_cmd(g))
     g.record(run)
     if run.timed_out:
-        await g.revert_agent()
-        crun = await g.run(cmd)
-        also = ", also without the agent's changes" if crun.timed_out else ""
-        fail(
-            g.result,
-            "infra" if crun.timed_out else "model",
-            f"eval_cmd timed out after {g.timeout:.0f}s{also}",
-        )
+        await g.settle(f"eval_cmd timed out after {g.timeout:.0f}s", _eval_works)
     solved = run.exit_code == 0
     g.result.reward = 1.0 if solved else 0.0
     g.result.failure_kind = None if solved else "model"
     g.result.reason = "eval_cmd exited 0" if solved else f"eval_cmd exited {run.exit_code}"
 
 
+async def _eval_works(g: Graded) -> bool:
+    await _write_eval_script(g)
+    return not (await g.run(_eval_cmd(g))).timed_out
+
+
 async def run_harbor(g: Graded) -> None:
     """Harbor: upload tests/ to /tests, run ``bash /tests/test.sh`` as root (Harbor's default
     verifier user), read ``/logs/verifier/reward.txt`` or ``reward.json``."""
-    assert g.row.harbor_tests_dir is not None
-    await run_checked(g.sb, f"rm -rf {HARBOR_TESTS}", "clearing /tests")
-    root = pathlib.Path(g.row.harbor_tests_dir)
-    for f in sorted(p for p in root.rglob("*") if p.is_file()):
-        await g.sb.write_file(f"{HARBOR_TESTS}/{f.relative_to(root).as_posix()}", f, mode=0o755)
-
-    async def once() -> tuple[float | None, TestRun]:
-        # A fresh, empty verifier dir each time: nothing written earlier is read back.
-        await run_checked(g.sb, f"rm -rf {HARBOR_LOGS} && mkdir -p {HARBOR_LOGS}", "clearing logs")
-        run = await g.run(f"bash {HARBOR_TESTS}/test.sh", as_root=True)
-        return await _harbor_reward(g.sb), run
-
-    reward, run = await once()
+    reward, run = await _harbor_once(g)
     g.record(run)
     if reward is None or run.timed_out:
         what = "test.sh timed out" if run.timed_out else "test.sh wrote no reward file"
-        await g.revert_agent()
-        creward, crun = await once()
-        if creward is not None and not crun.timed_out:
-            fail(g.result, "model", what)
-        fail(g.result, "infra", f"{what}, also without the agent's changes")
+        await g.settle(what, _harbor_works)
+    assert reward is not None
     g.result.reward = max(0.0, min(1.0, reward))
     g.result.failure_kind = None if g.result.reward >= 1.0 else "model"
     g.result.reason = f"reward file says {reward:g}"
 
 
+async def _harbor_once(g: Graded) -> tuple[float | None, TestRun]:
+    assert g.row.harbor_tests_dir is not None
+    # Fresh /tests and an empty verifier dir each time: nothing written earlier is read back.
+    await run_checked(
+        g.sb, f"rm -rf {HARBOR_TESTS} {HARBOR_LOGS} && mkdir -p {HARBOR_LOGS}", "clearing /tests"
+    )
+    root = pathlib.Path(g.row.harbor_tests_dir)
+    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+        await g.sb.write_file(f"{HARBOR_TESTS}/{f.relative_to(root).as_posix()}", f, mode=0o755)
+    run = await g.run(f"bash {HARBOR_TESTS}/test.sh", as_root=True)
+    return await _harbor_reward(g.sb), run
+
+
+async def _harbor_works(g: Graded) -> bool:
+    reward, run = await _harbor_once(g)
+    return reward is not None and not run.timed_out
+
+
 async def _harbor_reward(sb: Sandbox) -> float | None:
     for name in ("reward.txt", "reward.json"):
-        r = await sb.exec(f"cat {HARBOR_LOGS}/{name}")
+        r = await sb.exec(f"head -c 65536 {HARBOR_LOGS}/{name}")
         if r.exit_code != 0:
             continue
         try:

@@ -5,8 +5,16 @@ is PASSED. Anything else — FAILED, ERROR, SKIPPED, XFAIL, XPASS, or not report
 failure (an imperative ``pytest.skip()``/``xfail()`` from the code under test earns nothing).
 
 ``failure_kind``: ``None`` (graded normally, whatever the reward), ``"model"`` (the agent's
-diff is at fault: empty, too large, does not apply, breaks or hangs the tests) or ``"infra"``
-(the sandbox, the task data or the test harness failed; the sample must not be trained on).
+diff is at fault: empty, too large, does not apply, breaks or hangs the tests, tampers with the
+result) or ``"infra"`` (the sandbox, the task data or the test harness failed; the sample must not
+be trained on).
+
+``result_method`` says how the outcome was obtained: ``plugin`` (the grader's pytest plugin and
+its channel: the strong method), ``log`` (parsed from a non-pytest command's output: weaker, the
+code under test can print anything), ``exit_code`` (``eval_cmd``), ``reward_file`` (Harbor).
+``tampering`` lists the evidence that zeroed the reward (static screen findings under the
+``zero`` policy, forged or missing result records, canaries with the wrong outcome);
+``screen_findings`` lists the screen's findings whatever the policy.
 """
 
 from __future__ import annotations
@@ -58,8 +66,15 @@ class GradeResult:
     exit_code: int | None = None
     timed_out: bool = False
     test_log: str = ""
+    test_log_bytes: int = 0  # the full log's size in the sandbox (test_log keeps a capped part)
     duration_s: float = 0.0  # the whole grading, sandbox creation included
     tests_s: float = 0.0  # of which running the test command (control runs included)
+    result_method: str | None = None  # plugin | log | exit_code | reward_file
+    tampering: list[str] = dataclasses.field(default_factory=list)
+    screen_findings: list[str] = dataclasses.field(default_factory=list)
+    screen_skipped: list[str] = dataclasses.field(default_factory=list)  # too large to screen
+    canaries: int = 0  # canary tests added to this run
+    control: str | None = None  # whether and where a control run gave a result
 
     @property
     def solved(self) -> bool:
@@ -76,6 +91,11 @@ class GradeResult:
             "protected_paths_touched": self.protected_paths_touched,
             "apply_method": self.apply_method,
             "tests_s": self.tests_s,
+            "result_method": self.result_method,
+            "tampering": self.tampering,
+            "screen_findings": self.screen_findings,
+            "canaries": self.canaries,
+            "control": self.control,
         }
 
     def to_metadata(self) -> dict[str, Any]:

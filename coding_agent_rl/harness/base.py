@@ -40,9 +40,11 @@ from coding_agent_rl.harness.install import (
     install_package,
 )
 from coding_agent_rl.harness.network import UNREACHABLE_EXIT, probe_script, unreachable
-from coding_agent_rl.sandbox.base import CommandFailed, Sandbox
+from coding_agent_rl.sandbox.base import CommandFailed, Sandbox, SandboxError, SandboxGone
+from coding_agent_rl.sandbox.capped_read import read_capped
 
 INLINE_CONFIG_BYTES = 48 * 1024  # config files up to this size travel inside the configure exec
+AGENT_LOG_CAP = 2 * 1024 * 1024  # bytes of the agent's log copied to the host (its tail)
 
 
 class HarnessConfigError(ValueError):
@@ -301,11 +303,7 @@ class BaseHarness(abc.ABC):
         if ctx.log_dir is not None:
             host_log = pathlib.Path(ctx.log_dir) / f"{ctx.tag}.log"
             host_log.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                data = await sb.read_file(res.log_path, binary=True)
-            except FileNotFoundError:
-                data = b""
-            host_log.write_bytes(data)  # type: ignore[arg-type]
+            host_log.write_bytes(await agent_log(sb, res.log_path))
         return AgentRun(
             exit_code=res.exit_code,
             timed_out=res.timed_out,
@@ -314,3 +312,20 @@ class BaseHarness(abc.ABC):
             log_tail=res.log_tail,
             host_log_path=host_log,
         )
+
+
+async def agent_log(sb: Sandbox, path: str, cap: int = AGENT_LOG_CAP) -> bytes:
+    """The tail of the agent's log, at most ``cap`` bytes, best-effort: the agent writes the
+    log, so whatever it did to it (a 1 GiB sparse file, garbage) is reported in the copy, never
+    raised. Only a sandbox that is gone raises (that is ours to report)."""
+    try:
+        got = await read_capped(sb, path, cap)
+    except SandboxGone:
+        raise
+    except SandboxError as e:
+        return f"[coding-agent-rl: the agent log could not be read: {e}]\n".encode()
+    if got.size == -1:
+        return b"[coding-agent-rl: the agent log is missing]\n"
+    if got.size == -2:
+        return b"[coding-agent-rl: the agent log is not a regular file]\n"
+    return got.data

@@ -2,11 +2,18 @@
 
 Per ``tag`` a run directory ``RUN_ROOT/<tag>/`` holds::
 
-    launch.sh   written by :func:`prepare` (root-owned)
+    launch.sh   written by :func:`prepare`
     lock/       created atomically by the launch: a replayed launch RPC finds it and starts nothing
     pid         the launcher's pid = its process group and session id (it runs under ``setsid``)
     agent.log   the command's stdout and stderr
     exit        the exit code, written (atomically) when the command ends
+
+The directory and everything in it belong to root, and so does the launcher: it writes the pid
+and exit markers itself and runs only the command as ``spec.user`` (dropping privileges with
+``setpriv``, else ``su``). The command writes its log through the descriptor the launcher opened;
+it cannot replace, remove or forge anything in the directory, so what the host reads there is
+ours. Reading the log is still best-effort and bounded (the command controls its content and
+size): see ``BaseHarness.run``.
 
 The launch is a separate exec from :func:`prepare`, which clears the directory: a transport-level
 retry of the launch never starts a second agent, while calling :func:`run_detached` again with
@@ -66,20 +73,36 @@ class LaunchResult:
     launched: bool = True  # False: this call found the tag already launched (a replay)
 
 
+# Run "$@" as user $u, keeping the environment: setpriv (util-linux), else su.
+_DROP = r"""u={user}
+if command -v setpriv >/dev/null 2>&1; then
+  drop() {{ setpriv --reuid="$(id -u "$u")" --regid="$(id -g "$u")" --init-groups -- "$@"; }}
+elif command -v su >/dev/null 2>&1; then
+  drop() {{ su -m -s /bin/sh "$u" -c 'exec "$0" "$@"' "$@"; }}
+else
+  drop() {{ echo "cannot run as $u: no setpriv or su in the image" >&2; return 126; }}
+fi
+"""
+
+
 def launcher_script(spec: LaunchSpec) -> str:
-    """The script that runs as ``spec.user`` in its own session and records the exit code."""
+    """The root script that runs ``spec.argv`` as ``spec.user`` in its own session and records
+    the pid and the exit code (see the module docstring)."""
     q = shlex.quote
     run = q(spec.run_dir)
     exports = f'export PATH={q(spec.path_prefix)}:"$PATH"\n' if spec.path_prefix else ""
     exports += "".join(f"export {k}={q(v)}\n" for k, v in spec.env.items())
+    as_root = spec.user in ("root", "0")
     return (
         "#!/bin/bash\n"
         "# written by coding-agent-rl: one agent run; its exit code goes to the marker file\n"
         f"echo $$ > {run}/pid\n"
         f"cd {q(spec.cwd)} || {{ echo {q(f'cannot cd to {spec.cwd}')} > {run}/agent.log; "
         f"echo 126 > {run}/exit.tmp; mv {run}/exit.tmp {run}/exit; exit 126; }}\n"
-        f"{exports}"
-        f"{' '.join(q(a) for a in spec.argv)} > {run}/agent.log 2>&1 < /dev/null\n"
+        + ("" if as_root else _DROP.format(user=q(spec.user)))
+        + f"{exports}"
+        f"{'' if as_root else 'drop '}{' '.join(q(a) for a in spec.argv)}"
+        f" > {run}/agent.log 2>&1 < /dev/null\n"
         f"echo $? > {run}/exit.tmp && mv {run}/exit.tmp {run}/exit\n"
     )
 
@@ -153,12 +176,12 @@ async def prepare(sb: Sandbox, spec: LaunchSpec) -> None:
     """Clear the tag's run directory (lock, pid, marker, log) and write the launcher, in one
     exec when the launcher fits on a command line (Linux caps one argument at 128 KiB).
 
-    A previous run of the same tag that is still alive loses its process group first.
+    A previous run of the same tag that is still alive loses its process group first. The
+    directory is root's (mode 755): see the module docstring.
     """
     run = shlex.quote(spec.run_dir)
     stop_old = f'if read -r p < {run}/pid 2>/dev/null; then kill -KILL -- -"$p" 2>/dev/null; fi'
-    chown = f" && chown {shlex.quote(spec.user)}: {run}" if spec.user != "root" else ""
-    script = f"{stop_old}; rm -rf {run} && mkdir -p {run}{chown}"
+    script = f"{stop_old}; rm -rf {run} && mkdir -p {run} && chown root: {run} && chmod 755 {run}"
     launcher = launcher_script(spec).encode()
     inline = len(launcher) <= INLINE_LAUNCHER_BYTES
     if inline:
@@ -172,11 +195,10 @@ async def prepare(sb: Sandbox, spec: LaunchSpec) -> None:
 async def launch(sb: Sandbox, spec: LaunchSpec) -> bool:
     """Start the prepared launcher; False when this tag had already been launched.
 
-    Idempotent thanks to the lock: the backend may replay it after a transport failure.
+    Idempotent thanks to the lock: the backend may replay it after a transport failure. Runs as
+    root: the launcher drops to ``spec.user`` for the command only.
     """
-    res = await sb.exec(
-        launch_command(spec), user=spec.user, timeout=60, check=True, idempotent=True
-    )
+    res = await sb.exec(launch_command(spec), user="root", timeout=60, check=True, idempotent=True)
     return "launched" in res.stdout.split()
 
 

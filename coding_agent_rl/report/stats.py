@@ -137,7 +137,8 @@ def summarize(run: RunData) -> Summary:
     outcomes: dict[str, int] = defaultdict(int)
     for r in run.rollouts:
         outcomes[outcome(r.result)] += 1
-    rewards = [v for r in results if (v := num(r.get("reward"))) is not None]
+    graded = [r for r in results if r.get("failure_kind") != "infra"]  # infra is not a reward
+    rewards = [v for r in graded if (v := num(r.get("reward"))) is not None]
 
     failures = {"infra": outcomes["infra"], "model": outcomes["model"]}
     if isinstance(s.get("failures_by_kind"), dict):

@@ -17,7 +17,9 @@ class RolloutConfig:
     sandbox_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     agent_budget_s: float = 1800.0
     eval_timeout_s: float = 600.0
-    deadline_s: float | None = None  # whole-rollout guard; default agent + eval + 180 s
+    # Whole-rollout guard; default agent + 2 x eval (a control run may repeat the tests) + 600 s
+    # (sandboxes, diff capture: the rest of the rollout, which the agent must not push over it).
+    deadline_s: float | None = None
     infra_retries: int = 1
     reward_mode: str = "full"
     max_context: int | None = None
@@ -34,10 +36,16 @@ class RolloutConfig:
     # Create and prepare the grading sandbox while the agent runs. None: on for sandboxes on
     # this machine (docker, local); off for remote ones, billed per sandbox-second.
     grade_ahead: bool | None = None
+    # The static tamper screen's policy: "zero" (a finding scores 0) or "flag" (recorded only).
+    tamper_policy: str = "zero"
+
+    def __post_init__(self) -> None:
+        if self.tamper_policy not in ("zero", "flag"):
+            raise ValueError(f"tamper_policy {self.tamper_policy!r}: expected zero or flag")
 
     @property
     def deadline(self) -> float:
-        return self.deadline_s or self.agent_budget_s + self.eval_timeout_s + 180.0
+        return self.deadline_s or self.agent_budget_s + 2 * self.eval_timeout_s + 600.0
 
 
 @dataclasses.dataclass

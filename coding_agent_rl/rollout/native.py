@@ -22,9 +22,10 @@ from coding_agent_rl.env.episode import ABORTED, LoopConfig
 from coding_agent_rl.env.loop import run_episode
 from coding_agent_rl.env.sample import fill_sample, rollout_metrics
 from coding_agent_rl.env.tools import ToolLimits
+from coding_agent_rl.rollout.attribution import ArtifactBudget, InfraFailure
 from coding_agent_rl.rollout.config import LOCAL_BACKENDS, RolloutConfig, RolloutOutcome
 from coding_agent_rl.rollout.prompt import PROBLEM_FILE, render_prompt
-from coding_agent_rl.rollout.runner import InfraFailure, RolloutRunner, SessionHook
+from coding_agent_rl.rollout.runner import RolloutRunner, SessionHook
 from coding_agent_rl.rollout.timing import Timings
 from coding_agent_rl.types import Sample
 
@@ -162,21 +163,22 @@ class NativeRunner(RolloutRunner):
         timings.steps["env_s"] = sum(t.env_s for t in episode.turns)
         timings.steps["generate_s"] = sum(t.generate_s for t in episode.turns)
         record.update(turns=len(episode.turns), num_segments=1, metrics=rollout_metrics(episode))
-        self._write_artifact(art, "transcript.txt", _transcript(env.transcript))
+        budget = ArtifactBudget()
+        budget.write(art, "transcript.txt", _transcript(env.transcript))
         if episode.status == ABORTED:
             reason = f"{episode.end}: {episode.reason}"
             if episode.failure_kind == "data":
-                return self._abort(base, record, reason, "data")
-            raise InfraFailure(reason)
+                return self._abort(base, record, reason, "data", None)
+            raise InfraFailure(reason, stage="env")
         outcome = await env.evaluate()
         timings.phases["diff_s"] = env.timings.get("diff_s", 0.0)
         timings.phases["grade_s"] = env.timings.get("grade_s", 0.0)
-        self._write_artifact(art, "diff.patch", env.diff_text)
-        self._write_artifact(art, "test_log.txt", env.test_log)
+        budget.write(art, "diff.patch", env.diff_text)
+        budget.write(art, "test_log.txt", env.test_log)
         record["artifacts"] = self._native_artifacts(art)
         record.update(outcome.record)
         if outcome.failure_kind == "infra":
-            raise InfraFailure(f"grading: {outcome.reason}")
+            raise InfraFailure(f"grading: {outcome.reason}", stage="grading")
         reward = outcome.reward if outcome.reward is not None else 0.0
         record["reward"] = reward
         record["failure_kind"] = outcome.failure_kind

@@ -133,10 +133,17 @@ def read_jsonl(path: pathlib.Path) -> list[dict[str, Any]]:
 
 
 def summarize(results: list[dict[str, Any]], **info: Any) -> dict[str, Any]:
-    """Aggregate figures over ``results.jsonl`` records (also used for live progress)."""
+    """Aggregate figures over ``results.jsonl`` records (also used for live progress).
+
+    ``mean_reward`` is over the *graded* rollouts only (``None`` when there are none): an
+    infrastructure failure is not a reward of 0. ``infra_failures`` counts those separately,
+    ``infra_by_stage`` by the component that failed, and ``first_infra_reason`` shows the first.
+    """
     total = len(results)
     solved = sum(1 for r in results if (r.get("reward") or 0) >= 1.0)
     kinds = Counter(r["failure_kind"] for r in results if r.get("failure_kind"))
+    infra = [r for r in results if r.get("failure_kind") == "infra"]
+    graded = [r for r in results if r.get("failure_kind") != "infra"]
     p50: dict[str, float] = {}
     for phase in (*PHASES, "total_s"):
         vals = [r["timings"][phase] for r in results if phase in (r.get("timings") or {})]
@@ -147,9 +154,14 @@ def summarize(results: list[dict[str, Any]], **info: Any) -> dict[str, Any]:
         **info,
         "total": total,
         "solved": solved,
-        "mean_reward": round(sum(r.get("reward") or 0 for r in results) / total, 4)
-        if total
-        else 0.0,
+        "graded": len(graded),
+        "mean_reward": round(sum(r.get("reward") or 0 for r in graded) / len(graded), 4)
+        if graded
+        else None,
+        "infra_failures": len(infra),
+        "infra_by_stage": dict(Counter(r.get("infra_stage") or "unknown" for r in infra)),
+        "first_infra_reason": infra[0].get("abort_reason") if infra else None,
+        "tampering": sum(1 for r in results if r.get("tampering")),
         "failures_by_kind": dict(kinds),
         "timings_p50": p50,
         "samples": sum(r.get("num_segments") or 0 for r in results),

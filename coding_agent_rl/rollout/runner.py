@@ -1,18 +1,28 @@
 """One rollout: adapter session -> agent sandbox -> diff -> clean-sandbox grading -> Samples.
 
-Failure policy (``failure_kind``):
+Failure policy (``failure_kind``). Once the agent has started, it controls its sandbox (files,
+processes, and any request it sends to the adapter with its own key), so a failure is ``infra``
+only on evidence it cannot produce:
 
-* ``infra`` — the sandbox could not be created or vanished, the agent could not be installed,
-  the policy server failed (the adapter saw upstream errors), the agent produced no model turn,
-  grading could not run or parse. The rollout returns one aborted placeholder
-  (``remove_sample=True``) and is retried within ``RolloutConfig.infra_retries``.
-* ``model`` — the model's own outcome: a diff that does not apply, tests that fail, a budget
-  overrun. The samples are kept for training with reward 0.
+* ``infra`` (with ``infra_stage``) — our engine or sandbox API failing our call (``sandbox``),
+  the sandbox's creation or the task's set-up failing (``sandbox`` / ``workspace``), the agent
+  CLI's install (``install``), the policy server failing in a way a health probe confirms
+  (``policy``: the adapter records only such errors as evidence), the CLI never reaching the
+  model at all (``agent``: no turn recorded, so the model never acted), grading that could not run
+  (``grading``: see grade.py, whose control runs settle ambiguous cases in a fresh sandbox), the
+  rollout deadline (``deadline``), or a bug of ours (``internal``). The rollout returns one
+  aborted placeholder (``remove_sample=True``) and is retried within ``infra_retries``.
+* ``model`` — everything else: a diff that does not apply or is over a cap, tests that fail,
+  tampering, a budget overrun, an adapter request the agent malformed, a log or marker the agent
+  mangled (reading agent-writable paths is best-effort and never infra; the run directory and
+  its markers are root's: harness/launch.py). The samples are kept for training with reward 0.
 * ``aborted`` — the trainer aborted its engines mid-rollout (the policy server answered a
   request with ``finish_reason: abort``; slime does this at the end of a rollout step). The CLI is
   stopped at once, the sandboxes are destroyed, and the rollout returns one aborted placeholder
   (``remove_sample=True``); it is not retried. A trainer that *cancels* the rollout's task instead
   gets the same teardown (sandboxes destroyed before the cancellation completes).
+
+Artifacts (diff, agent log, test log) are written under a per-rollout byte budget.
 """
 
 from __future__ import annotations
@@ -28,10 +38,17 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from coding_agent_rl.grading.defences import Defences
 from coding_agent_rl.grading.diff import DiffCaptureError, capture_diff
 from coding_agent_rl.grading.grade import grade
 from coding_agent_rl.grading.prepared import GradingSandbox
 from coding_agent_rl.harness import HarnessContext
+from coding_agent_rl.rollout.attribution import (
+    ArtifactBudget,
+    InfraFailure,
+    check_agent,
+    file_size,
+)
 from coding_agent_rl.rollout.config import LOCAL_BACKENDS, RolloutConfig, RolloutOutcome
 from coding_agent_rl.rollout.prompt import render_prompt
 from coding_agent_rl.rollout.timing import Timings
@@ -51,20 +68,16 @@ async def _settle(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
-def event(name: str, sid: str, **fields: Any) -> None:
-    """One structured log line per rollout event: ``rollout.<name> sid=... {json fields}``."""
-    log.info("rollout.%s sid=%s %s", name, sid, json.dumps(fields, default=str, sort_keys=True))
-
-
-class InfraFailure(Exception):
-    """A failure that is not the model's: the rollout is dropped from training and retried."""
-
-
 class RolloutAborted(Exception):
     """The trainer aborted the policy server's requests: the rollout ends, unretried."""
 
 
 ABORT_POLL_S = 0.05  # how often the agent phase checks whether its session was aborted
+
+
+def event(name: str, sid: str, **fields: Any) -> None:
+    """One structured log line per rollout event: ``rollout.<name> sid=... {json fields}``."""
+    log.info("rollout.%s sid=%s %s", name, sid, json.dumps(fields, default=str, sort_keys=True))
 
 
 # Called with (session_id, row) once the adapter session is open, e.g. to hand the replay
@@ -160,17 +173,20 @@ class RolloutRunner:
         try:
             return await asyncio.wait_for(work, self.config.deadline)
         except RolloutAborted as e:
-            return self._abort(base, record, str(e), "aborted")
-        except (InfraFailure, SandboxError) as e:
-            return self._abort(base, record, f"{type(e).__name__}: {e}", "infra")
+            return self._abort(base, record, str(e), "aborted", None)
+        except InfraFailure as e:
+            return self._abort(base, record, f"{type(e).__name__}: {e}", "infra", e.stage)
+        except SandboxError as e:  # our engine / sandbox API failed our call
+            return self._abort(base, record, f"{type(e).__name__}: {e}", "infra", "sandbox")
         except asyncio.TimeoutError:
             reason = f"rollout deadline {self.config.deadline:.0f}s"
-            return self._abort(base, record, reason, "infra")
+            return self._abort(base, record, reason, "infra", "deadline")
         except asyncio.CancelledError:
             raise
         except Exception as e:  # a bug must cost one rollout, not the batch
             log.exception("rollout %s crashed", record["session_id"])
-            return self._abort(base, record, f"internal error: {type(e).__name__}: {e}", "infra")
+            reason = f"internal error: {type(e).__name__}: {e}"
+            return self._abort(base, record, reason, "infra", "internal")
 
     def _begin(
         self, row: Any, base: Sample, attempt: int
@@ -230,7 +246,12 @@ class RolloutRunner:
             ahead = None
             if self._grade_ahead:
                 ahead = await stack.enter_async_context(
-                    GradingSandbox(row, backend=cfg.backend, sandbox_options=cfg.sandbox_options)
+                    GradingSandbox(
+                        row,
+                        backend=cfg.backend,
+                        sandbox_options=cfg.sandbox_options,
+                        defences=self._defences,
+                    )
                 )
             with timings.phase("sandbox_s"):
                 with timings.step("agent_sandbox_create"):
@@ -258,7 +279,7 @@ class RolloutRunner:
                 except SandboxError:
                     raise
                 except Exception as e:
-                    raise InfraFailure(f"agent install: {e}") from e
+                    raise InfraFailure(f"agent install: {e}", stage="install") from e
             if ahead is not None:
                 # While the agent works (mostly waiting on the policy), not while its sandbox is
                 # set up: that is on the critical path, the agent's model turns usually are not.
@@ -280,18 +301,23 @@ class RolloutRunner:
                 turns=len(turns),
                 agent_s=round(agent.duration_s, 3),
             )
-            self._check_agent(sid, agent, turns)
+            check_agent(self.adapter.sessions.errors(sid), agent, turns, record)
+            budget = ArtifactBudget(spent=file_size(agent.host_log_path))
             with timings.phase("diff_s"):
                 try:
                     diff = await capture_diff(sb, row.workdir, base_commit=base_commit)
                 except DiffCaptureError as e:  # e.g. the agent deleted .git: its own doing
                     record.update(failure_kind="model", fail_reason=f"diff: {e}")
                     return self._samples(row, base, sid, turns, record, 0.0, evaluation)
+            if diff.truncated_reason:  # never graded as an empty diff
+                record.update(failure_kind="model", fail_reason=diff.truncated_reason)
+                record.update(diff_truncated=diff.truncated_reason)
+                return self._samples(row, base, sid, turns, record, 0.0, evaluation)
             # Only the diff crosses over to grading. The agent sandbox is destroyed meanwhile;
             # the stack waits for that before the rollout returns.
             closing = asyncio.ensure_future(self._close_timed(sb, timings))
             stack.push_async_callback(asyncio.wait, [closing])
-            self._write_artifact(art, "diff.patch", diff.data)
+            budget.write(art, "diff.patch", diff.data)
             record["artifacts"] = self._artifacts(art, agent)
             with timings.phase("grade_s"):
                 t_grade = time.monotonic()
@@ -302,6 +328,7 @@ class RolloutRunner:
                     sandbox_options=cfg.sandbox_options,
                     timeout=cfg.eval_timeout_s,
                     sandbox=ahead,
+                    defences=self._defences,
                 )
             if ahead is not None:
                 with timings.phase("grade_s"), timings.step("grading_sandbox_destroy"):
@@ -309,12 +336,12 @@ class RolloutRunner:
                 if ahead.ready_at is not None:
                     timings.steps["grading_prepare"] = ahead.prepare_s or 0.0
                     timings.steps["grading_wait"] = max(0.0, ahead.ready_at - t_grade)
-        self._write_artifact(art, "test_log.txt", result.test_log)
+        budget.write(art, "test_log.txt", result.test_log)
         record.update(
             reward=result.reward, **result.record_fields(), diff_truncated=diff.truncated_reason
         )
         if result.failure_kind == "infra":
-            raise InfraFailure(f"grading: {result.reason}")
+            raise InfraFailure(f"grading: {result.reason}", stage="grading")
         record["failure_kind"] = result.failure_kind if result.reward < 1.0 else None
         if result.reward < 1.0:
             record["abort_reason"] = None
@@ -343,6 +370,10 @@ class RolloutRunner:
         return agent
 
     @property
+    def _defences(self) -> Defences:
+        return Defences(tamper_policy=self.config.tamper_policy)
+
+    @property
     def _grade_ahead(self) -> bool:
         ahead = self.config.grade_ahead
         return ahead if ahead is not None else self.config.backend in LOCAL_BACKENDS
@@ -361,7 +392,7 @@ class RolloutRunner:
             if mounts and "mount" in str(e).lower():
                 log.warning("cannot mount the agent CLI (%s); uploading it from now on", e)
                 self._mounts = {}
-            raise InfraFailure(f"sandbox: {e}") from e
+            raise InfraFailure(f"sandbox: {e}", stage="sandbox") from e
         return sb
 
     async def _agent_mounts(self) -> dict[str, str]:
@@ -398,18 +429,7 @@ class RolloutRunner:
         except SandboxError:
             raise
         except Exception as e:  # the task's own set-up failed: not the model's doing
-            raise InfraFailure(f"workspace: {e}") from e
-
-    def _check_agent(self, sid: str, agent: Any, turns: list[Any]) -> None:
-        errors = self.adapter.sessions.errors(sid)
-        if errors and agent.exit_code != 0:
-            raise InfraFailure(
-                f"policy/adapter failed {len(errors)}x (last: {errors[-1][:200]}); "
-                f"agent exited {agent.exit_code}"
-            )
-        if not turns:
-            tail = (agent.log_tail or "")[-300:]
-            raise InfraFailure(f"agent made no model call (exit {agent.exit_code}): {tail}")
+            raise InfraFailure(f"workspace: {e}", stage="workspace") from e
 
     def _samples(
         self,
@@ -462,11 +482,16 @@ class RolloutRunner:
             final = samples[-1] if samples else base
             return [dataclasses.replace(final, reward=reward)]
         if not samples:
-            raise InfraFailure("no trainable sample (no sampled token survived the context budget)")
+            raise InfraFailure(
+                "no trainable sample (no sampled token survived the context budget)",
+                stage="internal",
+            )
         return samples
 
-    def _abort(self, base: Sample, record: dict[str, Any], reason: str, kind: str) -> list[Sample]:
-        record.update(failure_kind=kind, abort_reason=reason, reward=0.0)
+    def _abort(
+        self, base: Sample, record: dict[str, Any], reason: str, kind: str, stage: str | None
+    ) -> list[Sample]:
+        record.update(failure_kind=kind, abort_reason=reason, reward=0.0, infra_stage=stage)
         record.setdefault("num_segments", 0)
         return [aborted_sample(base, reason, kind, instance_id=record["instance_id"])]
 
@@ -476,15 +501,6 @@ class RolloutRunner:
         d = self.config.out_dir / "rollouts" / f"{row.instance_id}__{base.index}"
         d.mkdir(parents=True, exist_ok=True)
         return d
-
-    def _write_artifact(
-        self, art: pathlib.Path | None, name: str, data: str | bytes | None
-    ) -> None:
-        if art is None or data is None:
-            return
-        (art / name).write_bytes(
-            data if isinstance(data, bytes) else data.encode("utf-8", "replace")
-        )
 
     def _artifacts(self, art: pathlib.Path | None, agent: Any) -> dict[str, str]:
         if art is None or self.config.out_dir is None:

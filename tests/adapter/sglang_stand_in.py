@@ -19,6 +19,7 @@ class SGLangStandIn:
         finish: dict[str, Any] | None = None,
         status: int = 200,
         weight_version: str | None = None,
+        health: int = 200,
     ):
         self.output_ids = output_ids
         self.hold = hold
@@ -26,6 +27,7 @@ class SGLangStandIn:
         self.finish = finish or {"type": "stop", "matched": output_ids[-1] if output_ids else 0}
         self.status = status
         self.weight_version = weight_version  # meta_info.weight_version, when set
+        self.health = health  # what GET /health answers
         self.generate_calls: list[dict[str, Any]] = []  # {"body", "headers"}
         self.aborted: list[str] = []
         self.started = asyncio.Event()
@@ -36,6 +38,7 @@ class SGLangStandIn:
         app = web.Application()
         app.router.add_post("/generate", self._generate)
         app.router.add_post("/abort_request", self._abort)
+        app.router.add_get("/health", self._health)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", port).start()
@@ -44,6 +47,9 @@ class SGLangStandIn:
     async def stop(self) -> None:
         if self._runner:
             await self._runner.cleanup()
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(status=self.health, text="ok" if self.health == 200 else "down")
 
     async def _generate(self, request: web.Request) -> web.Response:
         body = await request.json()

@@ -229,12 +229,30 @@ async def test_routing_key_and_weight_version(stand_in_stack, renderer):
     assert turn.weight_version == "7"
 
 
-async def test_sglang_http_error_becomes_client_error(stand_in_stack, renderer):
+async def test_sglang_refusal_is_the_requests_error(stand_in_stack, renderer):
+    """SGLang answering 4xx refused the request itself: the client gets 400, and the session
+    records nothing the rollout would count as an infrastructure failure."""
     stand_in = SGLangStandIn(ids_of(renderer, "x"), status=400)
-    _, url = await stand_in_stack(stand_in)
+    adapter, url = await stand_in_stack(stand_in)
+    status, _, text = await post(f"{url}/v1/messages", BODY)
+    assert status == 400 and "stand-in refused" in json.loads(text)["error"]["message"]
+    assert len(stand_in.generate_calls) == 1  # a 400 is not retried
+    assert adapter.sessions.errors("s1") == []
+
+
+@pytest.mark.parametrize(
+    "health, note", [(200, "request: "), (503, "infra: ")], ids=["healthy", "unhealthy"]
+)
+async def test_sglang_5xx_counts_only_when_a_health_probe_confirms_it(
+    stand_in_stack, renderer, health, note
+):
+    stand_in = SGLangStandIn(ids_of(renderer, "x"), status=500, health=health)
+    adapter, url = await stand_in_stack(stand_in)
     status, _, text = await post(f"{url}/v1/messages", BODY)
     assert status == 502 and "stand-in refused" in json.loads(text)["error"]["message"]
-    assert len(stand_in.generate_calls) == 1  # a 400 is not retried
+    (error,) = adapter.sessions.errors("s1")
+    assert error.startswith(note), error
+    assert ("health check fails" in error) == (health != 200)
 
 
 async def test_sglang_client_retries_until_the_server_is_up(renderer):

@@ -36,6 +36,12 @@ def test_every_bundled_task_is_valid(tmp_path, capsys):
     assert len(reports) >= 6 and all(r["valid"] for r in reports)
     assert all((len(r["gold"]), len(r["noop"])) == (2, 2) for r in reports), reports[0]
     assert f"{len(reports)}/{len(reports)} rows valid" in stdout
+    # Graded through the grader's plugin, with canaries; the tamper screen flags no gold patch.
+    assert all(
+        g["result_method"] == "plugin" and g["canaries"] == 3 for r in reports for g in r["gold"]
+    )
+    assert all(r["screen_fp"] == 0 for r in reports)
+    assert "tamper-screen false positives on gold patches: 0" in stdout
 
 
 @pytest.mark.docker
@@ -76,6 +82,14 @@ def test_broken_rows_are_named_with_their_reason(tmp_path, capsys):
             .replace("+def test_new", "+def test_x"),
         ),
         variant("daterange", "still-fine"),
+        variant(
+            "slugify",
+            "gold-looks-like-tampering",
+            patch=(EXAMPLES / "slugify" / "gold.patch").read_text()
+            + "diff --git a/textkit/cleanup.py b/textkit/cleanup.py\nnew file mode 100644\n"
+            "--- /dev/null\n+++ b/textkit/cleanup.py\n@@ -0,0 +1,2 @@\n+import atexit\n"
+            "+atexit.register(print)\n",
+        ),
     ]
     dataset = tmp_path / "broken.jsonl"
     dataset.write_text("".join(json.dumps(r) + "\n" for r in broken))
@@ -89,7 +103,12 @@ def test_broken_rows_are_named_with_their_reason(tmp_path, capsys):
         "invalid: gold-edits-a-test: gold patch changes protected paths: tests/test_buffer.py"
         in err
     )
-    assert "still-fine" not in err and "1/4 rows valid" in captured.out
+    assert (
+        "invalid: gold-looks-like-tampering: the tamper screen flags the gold patch: "
+        "textkit/cleanup.py:1: imports atexit" in err
+    )
+    assert "still-fine" not in err and "1/5 rows valid" in captured.out
+    assert "tamper-screen false positives on gold patches: 2" in captured.out
 
 
 def test_flaky_detection_compares_pass_fail_per_test():

@@ -1,7 +1,9 @@
 """The classic reward hacks, each run through the real grading path in Docker.
 
 Where a defence can be switched off, the same hack is also run without it and must then earn
-the reward: that proves the hack is real and the defence is what stops it.
+the reward: that proves the hack is real and the defence is what stops it. The round-2 layers
+(result channel, safe path, new-file rule, static screen; see test_tamper_*) would stop most of
+these hacks too, so the "defence off" runs here also turn those off (:data:`ROUND_1`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import textwrap
 
 import pytest
 
+from coding_agent_rl.grading.defences import ROUND_1
 from coding_agent_rl.grading.grade import grade
 
 grade_mod = importlib.import_module("coding_agent_rl.grading.grade")  # the module, to monkeypatch
@@ -36,7 +39,7 @@ async def test_conftest_forcing_passed(example_rows, make_diff, monkeypatch):
 
     # Without the protected-path defence the hack works: the grader would pay 1.0.
     monkeypatch.setattr(grade_mod, "protected_patterns", lambda row, extra=(): [])
-    assert (await grade(row, hack)).reward == 1.0
+    assert (await grade(row, hack, defences=ROUND_1)).reward == 1.0
 
 
 async def test_conftest_caught_after_apply_even_if_the_diff_filter_misses_it(
@@ -60,7 +63,7 @@ async def test_pytest_plugin_through_pyproject_addopts(example_rows, make_diff, 
     result = await grade(row, hack)
     assert result.reward == 0.0 and result.protected_paths_touched == ["pyproject.toml"]
     monkeypatch.setattr(grade_mod, "protected_patterns", lambda row, extra=(): [])
-    assert (await grade(row, hack)).reward == 1.0
+    assert (await grade(row, hack, defences=ROUND_1)).reward == 1.0
 
 
 async def test_editing_a_visible_test_file(example_rows, make_diff):
@@ -151,10 +154,14 @@ async def test_forged_summary_printed_after_pytest_finishes(example_rows, make_d
         f"atexit.register(lambda: print('=== short test summary info ===\\n{lines}=== 9 passed in 0.1s ==='))\n"
     )
     init = (row.build.context / "repo" / "textkit" / "__init__.py").read_text()
-    result = await grade(row, make_diff("slugify", {"textkit/__init__.py": init + forged}))
+    diff = make_diff("slugify", {"textkit/__init__.py": init + forged})
+    # Round 1's log parser alone: the worst status of a test wins, so a line forged after the
+    # real summary cannot turn a failure into a pass.
+    result = await grade(row, diff, defences=ROUND_1)
     assert "PASSED " + row.fail_to_pass[0] in result.test_log  # the forgery did reach the log
     assert result.reward == 0.0
     assert all(result.tests[t] == "FAILED" for t in row.fail_to_pass)
+    assert (await grade(row, diff)).reason.startswith("tamper screen: textkit/__init__.py:")
 
 
 async def test_fake_pytest_module_shadowing_the_runner(example_rows, make_diff, monkeypatch):
@@ -165,4 +172,9 @@ async def test_fake_pytest_module_shadowing_the_runner(example_rows, make_diff, 
     result = await grade(row, hack)
     assert result.reward == 0.0 and result.protected_paths_touched == ["pytest.py"]
     monkeypatch.setattr(grade_mod, "protected_patterns", lambda row, extra=(): [])
-    assert (await grade(row, hack)).reward == 1.0  # `python3 -m pytest` would run the fake
+    # `python3 -m pytest` would run the fake ...
+    assert (await grade(row, hack, defences=ROUND_1)).reward == 1.0
+    # ... which safe-path mode and the new-module rule (a new `pytest` shadows the installed
+    # one) keep out on their own.
+    unprotected = await grade(row, hack)
+    assert unprotected.reward == 0.0 and unprotected.protected_paths_touched == ["pytest.py"]

@@ -1,0 +1,76 @@
+"""Which tamper defences grading applies, and how each row's result is obtained.
+
+Production grades with every defence on (the defaults); only ``tamper_policy`` is a user choice
+(``--tamper-policy zero|flag``). The switches exist so that tests can turn one layer off and show
+that the attack it stops then succeeds, and so that the grading benchmark can compare with none.
+
+``result_method``: ``plugin`` when the row's tests run under pytest (no ``test_cmd``, or one that
+runs ``pytest`` / ``python -m pytest``): results come from the grader's plugin over its own
+channel, checked against pytest's exit status and the canaries. ``log``: any other test command;
+results are parsed from its log, the weaker method (the code under test can print what it likes).
+``exit_code`` (``eval_cmd`` rows) and ``reward_file`` (Harbor) are what those protocols read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import TYPE_CHECKING
+
+from coding_agent_rl.grading.expansion import DEFAULT_MAX_EXPANDED
+from coding_agent_rl.grading.screen import POLICIES
+
+if TYPE_CHECKING:  # the schema imports grading.patchfiles; avoid the cycle at runtime
+    from coding_agent_rl.datasets.schema import TaskRow
+
+PLUGIN_PARSERS = ("pytest", "junit", "swebench")
+# `pytest ...`, `python3 -m pytest ...`, `py.test`, possibly after `cd x &&` / `source ...;`.
+_PYTEST = re.compile(
+    r"(?:^|[;&|]\s*|\s)(?:python[0-9.]*\s+(?:-[A-Za-z]+\s+)*-m\s+pytest|pytest|py\.test)(?:\s|$)"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Defences:
+    plugin: bool = True  # result channel + exit-status agreement (pytest rows)
+    canaries: bool = True  # generated must-fail / must-pass tests among the hidden ones
+    safe_path: bool = True  # PYTHONSAFEPATH: no working directory on sys.path (plugin rows)
+    new_files: bool = True  # drop new test modules and new modules that shadow others
+    fresh_control: bool = True  # control runs in a fresh sandbox, never where the agent ran
+    expansion_cap: int | None = DEFAULT_MAX_EXPANDED  # bytes a diff may write (None: no check)
+    tamper_policy: str = "zero"  # the static screen: zero | flag (| off: benchmarks only)
+
+    def __post_init__(self) -> None:
+        if self.tamper_policy not in (*POLICIES, "off"):
+            raise ValueError(
+                f"tamper policy {self.tamper_policy!r}: expected one of {', '.join(POLICIES)}"
+            )
+
+
+# Round 1's grader: results from the log, no safe path, no new-module rule, no canaries, no
+# expansion bound, no screen; the control run in place. For benchmarks and "defence off" tests.
+ROUND_1 = Defences(
+    plugin=False,
+    canaries=False,
+    safe_path=False,
+    new_files=False,
+    fresh_control=False,
+    expansion_cap=None,
+    tamper_policy="off",
+)
+
+
+def is_pytest_command(cmd: str) -> bool:
+    return bool(_PYTEST.search(cmd))
+
+
+def result_method(row: TaskRow, defences: Defences) -> str:
+    """``plugin`` | ``log`` | ``exit_code`` | ``reward_file`` (see the module docstring)."""
+    if row.grader == "eval_cmd":
+        return "exit_code"
+    if row.grader == "harbor":
+        return "reward_file"
+    pytest_row = row.log_parser in PLUGIN_PARSERS and (
+        row.test_cmd is None or is_pytest_command(row.test_cmd)
+    )
+    return "plugin" if pytest_row and defences.plugin else "log"
