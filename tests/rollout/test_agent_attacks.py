@@ -145,7 +145,6 @@ def test_malformed_adapter_request_was_infra_and_is_the_models_failure(outcomes)
     }
     assert (new["failure_kind"], new["reward"]) == ("model", 0.0), new
     assert new["agent_exit_code"] != 0  # it killed its own CLI (137; None if seen as gone)
-    assert "Killed" in new["_host_log"]
     assert "not supported between instances of 'int' and 'str'" in old["adapter_errors"][0]
     assert "adapter_errors" not in new  # a 400 is recorded nowhere as a failure of ours
 
