@@ -138,10 +138,28 @@ def remove_container(cid: str) -> bool:
         raise
 
 
+def remove_volumes(run_id: str | None = None) -> int:
+    """Remove our labelled volumes that no container uses any more; returns how many."""
+    removed = 0
+    for v in client().api.volumes(filters=_label_filter(run_id)).get("Volumes") or []:
+        try:
+            client().api.remove_volume(v["Name"])
+            removed += 1
+        except docker.errors.APIError:  # in use (a live sandbox) or already gone
+            pass
+    return removed
+
+
 async def gc(run_id: str | None = None) -> int:
-    """Remove our containers (of ``run_id``, or of every run); returns how many were removed."""
+    """Remove our containers (of ``run_id``, or of every run), then their leftovers (volumes,
+    capped disks: :mod:`coding_agent_rl.sandbox.disk`); returns how many containers went."""
+    from coding_agent_rl.sandbox import disk
+
     summaries = await in_thread(list_containers, run_id)
     removed = await asyncio.gather(*(in_thread(remove_container, s["Id"]) for s in summaries))
+    await in_thread(remove_volumes, run_id)
+    if is_local():
+        await in_thread(disk.gc, run_id)
     return sum(removed)
 
 
