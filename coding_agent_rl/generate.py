@@ -7,13 +7,18 @@ Once per process (on the first call): the tokenizer from ``args.hf_checkpoint``,
 background thread (``ADAPTER_PORT``, else ephemeral), SGLang at ``args.sglang_router_ip/port``.
 Environment: ``SWE_AGENT`` (claude_code | codex | ...), ``CODING_AGENT_RL_SANDBOX`` (docker |
 e2b | local), ``SWE_AGENT_TIME_BUDGET_SEC``, ``SWE_EVAL_TIMEOUT_SEC``, ``SWE_ROLLOUT_DEADLINE_SEC``,
-``CODING_AGENT_RL_REWARD_MODE`` (full | split), ``SWE_CC_PROMPT``; ``SWE_BOOT_CONCURRENCY`` and
-``ADAPTER_PUBLIC_HOST`` / ``ADAPTER_BIND_HOST`` are read by the sandbox and harness layers.
+``CODING_AGENT_RL_REWARD_MODE`` (full | split), ``SWE_CC_PROMPT``,
+``CODING_AGENT_RL_SANDBOX_OPTIONS`` (a JSON object of backend options, e.g. limits:
+``{"memory": "8g", "pids": 2048}``); ``CODING_AGENT_RL_AGENT_NETWORK`` (adapter-only | open |
+none), ``SWE_BOOT_CONCURRENCY`` and ``ADAPTER_PUBLIC_HOST`` / ``ADAPTER_BIND_HOST`` are read by
+the rollout, sandbox and harness layers. Sandboxes get the same default limits and isolation as
+under ``coding-agent-rl run``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from typing import Any
 
@@ -28,6 +33,19 @@ def _env_float(name: str, default: float) -> float:
     return float(value) if value else default
 
 
+def _env_options(name: str) -> dict[str, Any]:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{name} is not valid JSON ({e}): {raw[:200]!r}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} must be a JSON object, got {raw[:200]!r}")
+    return value
+
+
 def runtime_config_from_args(args: Any) -> Any:
     """slime's ``args`` namespace + environment -> :class:`RuntimeConfig`."""
     from coding_agent_rl.rollout.config import RolloutConfig
@@ -37,6 +55,7 @@ def runtime_config_from_args(args: Any) -> Any:
     port = getattr(args, "sglang_router_port", None)
     rollout = RolloutConfig(
         backend=os.environ.get("CODING_AGENT_RL_SANDBOX", "docker"),
+        sandbox_options=_env_options("CODING_AGENT_RL_SANDBOX_OPTIONS"),
         agent_budget_s=_env_float("SWE_AGENT_TIME_BUDGET_SEC", 1800.0),
         eval_timeout_s=_env_float("SWE_EVAL_TIMEOUT_SEC", 600.0),
         deadline_s=_env_float("SWE_ROLLOUT_DEADLINE_SEC", 0.0) or None,

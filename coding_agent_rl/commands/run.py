@@ -10,6 +10,7 @@ import pathlib
 from coding_agent_rl.cli import UserError
 
 SANDBOXES = ("docker", "local", "e2b")
+NETWORK_MODES = ("adapter-only", "open", "none")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,7 +41,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="backend option, e.g. memory=4g, cpus=2 (repeatable)",
+        help="backend option, e.g. memory=8g, cpus=4, pids=2048, disk=20g, nofile=8192 "
+        "(limits; null turns one off), runtime=runsc (repeatable)",
+    )
+    p.add_argument(
+        "--agent-network",
+        choices=NETWORK_MODES,
+        default=None,
+        help="what the agent sandbox can reach: adapter-only (default; "
+        "$CODING_AGENT_RL_AGENT_NETWORK), open (the backend's network) or none",
     )
 
 
@@ -83,8 +92,23 @@ def build_config(args: argparse.Namespace):
             max_context=args.max_context,
             reward_mode=args.reward_mode,
             out_dir=args.out,
+            agent_network=args.agent_network,
         ),
     )
+
+
+def check_isolation(rollout) -> None:
+    """The agent network and the sandbox options, checked before anything starts: one line
+    naming the problem (e.g. adapter-only egress that this backend cannot enforce here)."""
+    from coding_agent_rl.rollout.isolation import AgentNetwork
+    from coding_agent_rl.sandbox import create_sandbox
+
+    try:
+        network = AgentNetwork(rollout.agent_network, rollout.backend)
+        opts = {**rollout.sandbox_options, **network.options()}
+        create_sandbox(rollout.backend, "check", **opts)  # validates options, starts nothing
+    except ValueError as e:
+        raise UserError(f"{e}") from None
 
 
 def load_rows(path: str, limit: int | None) -> list:
@@ -106,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"unknown agent {args.agent!r}; known: {', '.join(HARNESSES.names())}")
     rows = load_rows(args.dataset, args.limit)
     config = build_config(args)
+    check_isolation(config.rollout)
     if args.sandbox == "local":  # read-only images: what rollouts write, the CLI bound in
         from coding_agent_rl.rollout.local_options import local_sandbox_options
 

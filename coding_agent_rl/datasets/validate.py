@@ -79,7 +79,7 @@ async def gold_diff(
     from coding_agent_rl.grading.workspace import prepare_workspace, q, run_checked
     from coding_agent_rl.sandbox import create_sandbox
 
-    opts = sandbox_options_for(backend, sandbox_options)
+    opts = sandbox_options_for(backend, sandbox_options, row)
     async with create_sandbox(backend, image=row.image, **opts) as sb:
         base = await prepare_workspace(sb, row, agent=True)
         await sb.write_file("/tmp/car-solve.sh", script, mode=0o755)

@@ -109,7 +109,7 @@ async def grade(
             prepared = await sandbox.ready()
             await _grade_in(prepared, row, kept_data, patterns, result, row.test_timeout or timeout)
         else:
-            opts = sandbox_options_for(backend, sandbox_options)
+            opts = sandbox_options_for(backend, sandbox_options, row)
             async with create_sandbox(backend, image=row.image, **opts) as sb:
                 prepared = await prepare_grading(sb, row)
                 await _grade_in(

@@ -21,8 +21,8 @@ waits for it and is scored as an infrastructure failure, as it always was.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
-import inspect
 import shlex
 import time
 from typing import TYPE_CHECKING, Any
@@ -37,17 +37,33 @@ from coding_agent_rl.grading.workspace import (
     run_checked,
 )
 from coding_agent_rl.sandbox import BACKENDS, Sandbox, create_sandbox
+from coding_agent_rl.sandbox.base import NetworkUnsupported
+from coding_agent_rl.sandbox.task import task_options
 
 if TYPE_CHECKING:  # the schema imports grading.patchfiles; avoid the cycle at runtime
     from coding_agent_rl.datasets.schema import TaskRow
 
 
-def sandbox_options_for(backend: str, options: dict[str, Any] | None) -> dict[str, Any]:
-    """``options`` plus ``network="none"`` where the backend takes a network option."""
+def grading_network(backend: str) -> str:
+    """``"none"``, or why a grading sandbox of ``backend`` keeps its network (for the record)."""
+    try:
+        BACKENDS.load(backend).network_options("none")
+    except NetworkUnsupported as e:
+        return f"on ({e})"
+    return "none"
+
+
+def sandbox_options_for(
+    backend: str, options: dict[str, Any] | None, row: TaskRow | None = None
+) -> dict[str, Any]:
+    """``options`` with the network off (where the backend can: :func:`grading_network`) and,
+    given the ``row``, its resource limits and its workdir on the capped disk."""
     opts = dict(options or {})
-    init = inspect.signature(BACKENDS.load(backend).__init__).parameters
-    if "network" in init or backend == "docker":
-        opts["network"] = "none"  # whatever network the agent's sandboxes were given
+    with contextlib.suppress(NetworkUnsupported):  # the rollout record says so
+        # whatever network the agent's sandboxes were given
+        opts.update(BACKENDS.load(backend).network_options("none"))
+    if row is not None:
+        opts = task_options(backend, opts, resources=row.resources, writable=[row.workdir])
     return opts
 
 
@@ -99,7 +115,7 @@ class GradingSandbox:
     ):
         self.row = row
         self.sandbox = create_sandbox(
-            backend, image=row.image, **sandbox_options_for(backend, sandbox_options)
+            backend, image=row.image, **sandbox_options_for(backend, sandbox_options, row)
         )
         self.used = False
         self.ready_at: float | None = None  # time.monotonic() when the preparation finished

@@ -7,7 +7,12 @@ Failure policy (``failure_kind``):
   grading could not run or parse. The rollout returns one aborted placeholder
   (``remove_sample=True``) and is retried within ``RolloutConfig.infra_retries``.
 * ``model`` — the model's own outcome: a diff that does not apply, tests that fail, a budget
-  overrun. The samples are kept for training with reward 0.
+  overrun, a resource limit of its sandbox hit while it worked (memory, pids, disk: the rollout
+  ends at once, ``fail_reason`` names the limit). The samples are kept for training with
+  reward 0.
+
+Isolation (``rollout/isolation.py``): the agent sandbox reaches only the adapter by default;
+``record["isolation"]`` says what the agent and the grader could reach and which limits applied.
 """
 
 from __future__ import annotations
@@ -23,15 +28,19 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from coding_agent_rl.adapter.sessions import new_session_id
 from coding_agent_rl.grading.diff import DiffCaptureError, capture_diff
 from coding_agent_rl.grading.grade import grade
-from coding_agent_rl.grading.prepared import GradingSandbox
+from coding_agent_rl.grading.prepared import GradingSandbox, grading_network
 from coding_agent_rl.grading.workspace import prepare_workspace
 from coding_agent_rl.harness import HarnessContext
+from coding_agent_rl.harness.launch import RUN_ROOT
 from coding_agent_rl.rollout.config import LOCAL_BACKENDS, RolloutConfig, RolloutOutcome
+from coding_agent_rl.rollout.isolation import AgentNetwork
 from coding_agent_rl.rollout.prompt import PROBLEM_FILE, render_prompt
 from coding_agent_rl.rollout.timing import Timings
 from coding_agent_rl.sandbox import SandboxError, create_sandbox
+from coding_agent_rl.sandbox.task import task_options
 from coding_agent_rl.trajectory import build_samples
 from coding_agent_rl.types import Sample, Status, aborted_sample
 
@@ -73,11 +82,14 @@ class RolloutRunner:
         decode: Callable[[list[int]], str] | None = None,
         on_session_open: SessionHook | None = None,
         run_id: str | None = None,
+        network: AgentNetwork | None = None,
     ):
+        """``adapter_url``: the adapter as the agent sandbox sees it (``network.public_url``)."""
         self.adapter = adapter
         self.adapter_url = adapter_url
         self.harness = harness
         self.config = config
+        self.network = network or AgentNetwork(config.agent_network, config.backend)
         self.decode = decode
         self.on_session_open = on_session_open
         self.run_id = run_id or uuid.uuid4().hex[:8]
@@ -120,7 +132,8 @@ class RolloutRunner:
         sampling_params: dict[str, Any] | None,
         evaluation: bool,
     ) -> RolloutOutcome:
-        sid = f"{self.run_id}-{row.instance_id}-{base.index}-{attempt}-{uuid.uuid4().hex[:6]}"
+        # The id is the agent's API key too: 128 random bits (adapter/sessions.py).
+        sid = new_session_id(f"{self.run_id}-{row.instance_id}-{base.index}-{attempt}-")
         timings = Timings()
         record: dict[str, Any] = {
             "rollout_id": base.rollout_id if base.rollout_id is not None else base.index,
@@ -133,6 +146,10 @@ class RolloutRunner:
             "abort_reason": None,
             "agent_exit_code": None,
             "agent_timed_out": None,
+            "isolation": {
+                "agent_network": self.network.mode,
+                "grading_network": grading_network(self.config.backend),
+            },
         }
         art = self._artifact_dir(row, base)
         event("start", sid, instance_id=row.instance_id, index=base.index, attempt=attempt)
@@ -199,6 +216,14 @@ class RolloutRunner:
                 with timings.step("agent_sandbox_create"):
                     sb = await self._create_agent_sandbox(row)
                 stack.push_async_callback(sb.close)
+                with timings.step("adapter_attach"):
+                    stop_listener = await self.network.attach(
+                        sb, self.adapter, self.adapter_url, sid
+                    )
+                if stop_listener is not None:
+                    stack.push_async_callback(stop_listener)
+                limits = getattr(sb, "limits", None)
+                record["isolation"]["limits"] = limits.as_dict() if limits else None
                 # The CLI's install (usually a cached check) touches nothing the workspace set-up
                 # does: it runs alongside; install_s counts only what it adds after.
                 installing = asyncio.ensure_future(self.harness.install(sb))
@@ -228,7 +253,14 @@ class RolloutRunner:
                 ahead.start()
             with timings.phase("agent_s"):
                 prompt = render_prompt(row.problem_statement, row.workdir, cfg.prompt_template)
-                agent = await self.harness.run(sb, ctx, prompt, cfg.agent_budget_s)
+                agent, breach = await self._run_watched(sb, ctx, prompt)
+            if breach is not None:  # the agent's own doing: the rollout ends here
+                event("limit", sid, breach=breach)
+                record.update(failure_kind="model", fail_reason=breach, limit_breach=breach)
+                await self.adapter.sessions.settled(sid, timeout=10.0)
+                turns = self.adapter.sessions.turns(sid)
+                return self._samples(row, base, sid, turns, record, 0.0, evaluation)
+            assert agent is not None
             record["agent_exit_code"] = agent.exit_code
             record["agent_timed_out"] = agent.timed_out
             timings.steps["agent_cli"] = agent.duration_s
@@ -267,6 +299,8 @@ class RolloutRunner:
                     sandbox=ahead,
                 )
             if ahead is not None:
+                if result.reward < 1.0 and (hit := await ahead.sandbox.limit_breaches()):
+                    result.reason = f"{result.reason} (grading sandbox: {'; '.join(hit)})"
                 with timings.phase("grade_s"), timings.step("grading_sandbox_destroy"):
                     await ahead.close()
                 if ahead.ready_at is not None:
@@ -293,6 +327,31 @@ class RolloutRunner:
             record["fail_reason"] = result.reason
         return self._samples(row, base, sid, turns, record, result.reward, evaluation)
 
+    async def _run_watched(self, sb: Any, ctx: Any, prompt: str) -> tuple[Any, str | None]:
+        """(the agent's run, None) — or (None, the limit it hit), checked every
+        ``limits_poll_s`` while it runs and once after. A breach destroys the sandbox at once:
+        after a fork bomb not even a kill command can start in it."""
+        run = asyncio.ensure_future(self.harness.run(sb, ctx, prompt, self.config.agent_budget_s))
+        watch = asyncio.ensure_future(self._watch_limits(sb))
+        try:
+            done, _ = await asyncio.wait({run, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if run in done:
+                agent = run.result()
+                hit = await sb.limit_breaches()
+                return (None, "; ".join(hit)) if hit else (agent, None)
+            breach = watch.result()
+            await sb.close()
+            return None, breach
+        finally:
+            await _settle(watch)
+            await _settle(run)
+
+    async def _watch_limits(self, sb: Any) -> str:
+        while True:
+            await asyncio.sleep(self.config.limits_poll_s)
+            if hit := await sb.limit_breaches():
+                return "; ".join(hit)
+
     @property
     def _grade_ahead(self) -> bool:
         ahead = self.config.grade_ahead
@@ -302,7 +361,12 @@ class RolloutRunner:
         """The agent's sandbox, with the harness's host files mounted where the backend can."""
         cfg = self.config
         mounts = await self._agent_mounts()
-        opts = dict(cfg.sandbox_options)
+        opts = task_options(
+            cfg.backend,
+            {**cfg.sandbox_options, **self.network.options()},
+            resources=row.resources,
+            writable=[row.workdir, RUN_ROOT],
+        )
         if mounts:
             opts["mounts"] = {**(opts.get("mounts") or {}), **mounts}
         sb = create_sandbox(cfg.backend, row.image, **opts)

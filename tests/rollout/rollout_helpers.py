@@ -126,6 +126,7 @@ def runner_with(rt: Any, **changes: Any) -> Any:
         "config": base.config,
         "decode": base.decode,
         "on_session_open": base.on_session_open,
+        "network": base.network,
     }
     fields.update(changes)
     return RolloutRunner(**fields)
