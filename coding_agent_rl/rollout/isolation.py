@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from coding_agent_rl.sandbox import BACKENDS, Sandbox
-from coding_agent_rl.sandbox.base import NETWORK_MODES, NetworkUnsupported
+from coding_agent_rl.sandbox.base import NETWORK_MODES, NetworkNeedsAddress, NetworkUnsupported
 
 AGENT_NETWORK_ENV = "CODING_AGENT_RL_AGENT_NETWORK"
 DEFAULT_AGENT_NETWORK = "adapter-only"
@@ -60,14 +60,16 @@ class AgentNetwork:
 
     def options(self) -> dict[str, Any]:
         """The agent sandbox's network options."""
-        host = None
-        if self.mode == "adapter-only" and not self._cls.listens_inside():
-            from coding_agent_rl.harness.network import adapter_public_host
+        try:
+            return self._cls.network_options(self.mode, None)
+        except NetworkNeedsAddress:
+            pass
+        from coding_agent_rl.harness.network import adapter_public_host
 
-            try:
-                host = adapter_public_host(self.backend)
-            except ValueError as e:
-                raise NetworkUnsupported(str(e)) from None
+        try:
+            host = adapter_public_host(self.backend)
+        except ValueError as e:
+            raise NetworkUnsupported(str(e)) from None
         return self._cls.network_options(self.mode, host)
 
     @property

@@ -336,7 +336,12 @@ class RolloutRunner:
         try:
             done, _ = await asyncio.wait({run, watch}, return_when=asyncio.FIRST_COMPLETED)
             if run in done:
-                agent = run.result()
+                try:
+                    agent = run.result()
+                except SandboxError:  # gone: a limit that killed the sandbox is the model's
+                    if hit := await sb.limit_breaches():
+                        return None, "; ".join(hit)
+                    raise
                 hit = await sb.limit_breaches()
                 return (None, "; ".join(hit)) if hit else (agent, None)
             breach = watch.result()
@@ -448,6 +453,7 @@ class RolloutRunner:
                 **base.metadata,
                 "instance_id": row.instance_id,
                 "failure_kind": record["failure_kind"],
+                **({"limit_breach": record["limit_breach"]} if "limit_breach" in record else {}),
             },
         )
         samples = build_samples(

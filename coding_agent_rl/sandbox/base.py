@@ -51,6 +51,10 @@ class NetworkUnsupported(ValueError):
     """The backend cannot give its sandboxes the asked-for network mode (the message says why)."""
 
 
+class NetworkNeedsAddress(NetworkUnsupported):
+    """The mode needs the adapter's address as the sandbox sees it (``adapter_host``)."""
+
+
 class ExecResult(NamedTuple):
     """Unpacks like slime's ``(exit_code, stdout, stderr)`` through ``[:3]``."""
 

@@ -36,7 +36,7 @@ from coding_agent_rl.sandbox.base import (
     SandboxGone,
 )
 from coding_agent_rl.sandbox.docker_engine import gateway_ip, gc
-from coding_agent_rl.sandbox.docker_exec import ExecRun, reap, run_exec
+from coding_agent_rl.sandbox.docker_exec import ExecRun, container_running, reap, run_exec
 from coding_agent_rl.sandbox.limits import DEFAULT_LIMITS, RESOURCE_KEYS, resolve_limits
 from coding_agent_rl.sandbox.netns import listen_in_netns
 from coding_agent_rl.sandbox.options import parse_options
@@ -258,14 +258,32 @@ class DockerSandbox(Sandbox):
         if watch is None or self._state != "open":
             return []
         if watch.on_host():
-            return await engine.in_thread(watch.host_breaches)
-        try:
-            code, out, _ = await self._exec_simple(
-                ["bash", "-c", cgroups.IN_SANDBOX_SCRIPT], "root"
-            )
-        except Exception:  # e.g. no process can start (pids exhausted): nothing to read
-            return []
-        return watch.from_script(out.decode(errors="replace")) if code == 0 else []
+            found = await engine.in_thread(watch.host_breaches)
+        else:
+            try:
+                code, out, _ = await self._exec_simple(
+                    ["bash", "-c", cgroups.IN_SANDBOX_SCRIPT], "root"
+                )
+                found = watch.from_script(out.decode(errors="replace")) if code == 0 else []
+            except Exception:  # e.g. no process can start (pids exhausted): nothing to read
+                found = []
+        return found or await engine.in_thread(self._oom_killed)
+
+    def _oom_killed(self) -> list[str]:
+        """The container itself died of its memory limit (the engine's own evidence): its main
+        process was OOM-killed, e.g. gVisor's kernel holding every process of the sandbox."""
+        for _ in range(15):  # the engine records the OOM event a moment after the death
+            try:
+                state = engine.client().api.inspect_container(self._cid)["State"]
+            except Exception:
+                return []
+            pid = self._watch.pid if self._watch else None
+            if state.get("Running") and not (pid and not os.path.exists(f"/proc/{pid}")):
+                return []  # alive (its init still runs here, or we cannot look)
+            if state.get("OOMKilled"):
+                return [f"{self.limits.describe('memory')} exceeded (the sandbox was OOM-killed)"]
+            time.sleep(0.2)
+        return []
 
     # ---- exec ----------------------------------------------------------------------------------
     async def _exec_once(
@@ -283,6 +301,9 @@ class DockerSandbox(Sandbox):
         fut = engine.in_thread(
             run_exec, self._cid, self.sandbox_id, ["bash", "-c", cmd], user, full_env, cwd, run
         )
+        if self.opts.runtime:  # another runtime may leave the stream open when the box dies
+            watcher = asyncio.ensure_future(self._close_if_dead(fut, run))
+            fut.add_done_callback(lambda _: watcher.cancel())
         try:
             code = await asyncio.wait_for(asyncio.shield(fut), timeout)
         except asyncio.TimeoutError:
@@ -298,6 +319,14 @@ class DockerSandbox(Sandbox):
                 await engine.in_thread(reap, self._cid, self.sandbox_id, token, run)
             raise
         return ExecResult(code, run.out.text(), run.err.text(), False, time.monotonic() - start)
+
+    async def _close_if_dead(self, fut: asyncio.Future[int], run: ExecRun) -> None:
+        """Stop reading ``run`` once its container is no longer running (checked each second)."""
+        while not fut.done():
+            await asyncio.sleep(1.0)
+            if not await engine.in_thread(container_running, self._cid):
+                run.cancel()
+                return
 
     async def _exec(
         self,

@@ -150,17 +150,21 @@ def remove_volumes(run_id: str | None = None) -> int:
     return removed
 
 
-async def gc(run_id: str | None = None) -> int:
-    """Remove our containers (of ``run_id``, or of every run), then their leftovers (volumes,
-    capped disks: :mod:`coding_agent_rl.sandbox.disk`); returns how many containers went."""
+async def gc_report(run_id: str | None = None) -> dict[str, int]:
+    """Remove our containers (of ``run_id``, or of every run), then their leftovers: labelled
+    volumes and capped disks (:mod:`coding_agent_rl.sandbox.disk`); how many of each went."""
     from coding_agent_rl.sandbox import disk
 
     summaries = await in_thread(list_containers, run_id)
     removed = await asyncio.gather(*(in_thread(remove_container, s["Id"]) for s in summaries))
-    await in_thread(remove_volumes, run_id)
-    if is_local():
-        await in_thread(disk.gc, run_id)
-    return sum(removed)
+    volumes = await in_thread(remove_volumes, run_id)
+    disks = await in_thread(disk.gc, run_id) if is_local() else 0
+    return {"containers": sum(removed), "volumes": volumes, "disks": disks}
+
+
+async def gc(run_id: str | None = None) -> int:
+    """:func:`gc_report`; returns how many containers were removed."""
+    return (await gc_report(run_id))["containers"]
 
 
 def _interface_ipv4(name: str) -> str | None:

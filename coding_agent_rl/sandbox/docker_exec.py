@@ -82,12 +82,18 @@ def run_exec(
                 run.out.append(out)
             if err:
                 run.err.append(err)
+        polls = 0
         while True:
             info = api.exec_inspect(created["Id"])
             # The stream ends when the command closes its stdout/stderr, which can precede
             # its exit by a little.
             if not info["Running"] or run.cancelled:
                 break
+            polls += 1
+            if polls % 100 == 0 and not container_running(cid, api):
+                # An exec of a dead container can stay "running" forever (e.g. gVisor's kernel
+                # OOM-killed): the sandbox is gone, not the command slow.
+                raise SandboxGone(f"docker sandbox {name} died while a command ran")
             time.sleep(0.01)
         code = info["ExitCode"] if info["ExitCode"] is not None else -1
         if code == 126 and not info.get("Pid"):
@@ -102,6 +108,14 @@ def run_exec(
         return code
     finally:
         run.finished.set()
+
+
+def container_running(cid: str, api: Any = None) -> bool:
+    api = api or engine.client().api
+    try:
+        return bool(api.inspect_container(cid)["State"]["Running"])
+    except docker.errors.NotFound:
+        return False
 
 
 def reap(cid: str, name: str, token: str, run: ExecRun) -> None:

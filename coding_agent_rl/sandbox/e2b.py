@@ -36,6 +36,7 @@ from coding_agent_rl.sandbox.base import (
     DEFAULT_OUTPUT_CAP,
     ExecResult,
     ImageNotFound,
+    NetworkNeedsAddress,
     NetworkUnsupported,
     Sandbox,
     SandboxCreateError,
@@ -157,7 +158,7 @@ class E2BSandbox(Sandbox):
             if "network" not in params:
                 raise NetworkUnsupported("this e2b SDK has no egress filter (network=...)")
             if not adapter_host:
-                raise NetworkUnsupported("adapter-only on e2b needs the adapter's public address")
+                raise NetworkNeedsAddress("adapter-only on e2b needs the adapter's public address")
             return {"network": "adapter-only", "allow_out": [adapter_host]}
         raise NetworkUnsupported(f"unknown network mode {mode!r}")
 

@@ -72,3 +72,11 @@ def netns_cookie(sock: socket.socket | None) -> int | None:
         return int.from_bytes(sock.getsockopt(socket.SOL_SOCKET, SO_NETNS_COOKIE, 8), "little")
     except OSError:
         return None
+
+
+def host_ipv4_addresses() -> list[str]:
+    """Every IPv4 address of this host's interfaces (loopback, uplinks, bridges), sorted."""
+    from coding_agent_rl.sandbox.docker_engine import _interface_ipv4
+
+    found = {_interface_ipv4(name) for _, name in socket.if_nameindex()}
+    return sorted(a for a in found if a)

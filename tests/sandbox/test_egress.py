@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import time
 import urllib.request
 import uuid
@@ -23,7 +22,7 @@ import pytest
 from coding_agent_rl.adapter.server import AdapterConfig, AdapterServer
 from coding_agent_rl.rollout.isolation import AgentNetwork
 from coding_agent_rl.sandbox import create_sandbox
-from coding_agent_rl.sandbox.docker_engine import _interface_ipv4
+from coding_agent_rl.sandbox.netns import host_ipv4_addresses
 
 BASE = "coding-agent-rl/base:latest"
 OUTSIDE = "198.51.100.7"  # TEST-NET-2: reserved, never routed (192.0.2.0/24 is this VM's uplink)
@@ -40,11 +39,6 @@ def sandbox_args(backend: str) -> tuple[str, dict]:
     return "host", {}
 
 
-def host_addresses() -> list[str]:
-    addrs = {_interface_ipv4(name) for _, name in socket.if_nameindex()}
-    return sorted(a for a in addrs if a)
-
-
 class Listeners:
     """One TCP listener per host address; counts the connections each accepted."""
 
@@ -53,7 +47,7 @@ class Listeners:
         self.accepted: dict[str, int] = {}
 
     async def start(self) -> Listeners:
-        for addr in host_addresses():
+        for addr in host_ipv4_addresses():
             self.accepted[addr] = 0
 
             def on_conn(r, w, addr=addr):
