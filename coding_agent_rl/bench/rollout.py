@@ -181,6 +181,8 @@ async def compare_isolation(rounds: int, **kw: Any) -> tuple[dict[str, Any], lis
     wall = {"on": 0.0, "off": 0.0}
     out: pathlib.Path = kw.pop("out")
     opts = kw.pop("sandbox_options")
+    # Warm-up, not counted: images, the CLI's unpacked copy, the tokenizer, page cache.
+    await bench(**{**kw, "n": kw["concurrency"]}, out=out / "warmup", sandbox_options=opts)
     for i in range(rounds):
         order = ("on", "off") if i % 2 == 0 else ("off", "on")
         for which in order:

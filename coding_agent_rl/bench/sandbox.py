@@ -72,8 +72,8 @@ PLAIN = {"memory": None, "cpus": None, "pids": None, "disk": None, "nofile": Non
 
 def _cli_limit_flags() -> list[str]:
     """Our default limits and privileges as ``docker run`` flags."""
-    from coding_agent_rl.sandbox.docker_isolation import ROOT_CAPS
     from coding_agent_rl.sandbox.limits import DEFAULT_LIMITS as L
+    from coding_agent_rl.sandbox.limits import ROOT_CAPS
 
     flags = [f"--memory={L.memory}", f"--memory-swap={L.memory}", f"--pids-limit={L.pids}"]
     flags += [f"--cpus={L.cpus}", f"--ulimit=nofile={L.nofile}:{L.nofile}", "--cap-drop=ALL"]

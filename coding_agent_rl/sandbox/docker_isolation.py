@@ -27,10 +27,8 @@ import docker.types
 
 from coding_agent_rl.sandbox import cgroups
 from coding_agent_rl.sandbox.disk import CappedDisk, unavailable_reason
-from coding_agent_rl.sandbox.limits import Limits, human_size, warn_once
+from coding_agent_rl.sandbox.limits import ROOT_CAPS, Limits, human_size, warn_once
 
-# What root inside the sandbox keeps (our set-up steps run as root; the agent never is).
-ROOT_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "KILL")
 DEFAULT_DISK_PATHS = ("/tmp", "/var/tmp", "/run/lock", "/home")
 UPPER_CHECK_S = 15.0  # how often the writable layer (the backstop) is measured
 

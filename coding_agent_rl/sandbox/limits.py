@@ -36,6 +36,10 @@ from typing import Any
 log = logging.getLogger(__name__)
 GIB = 1 << 30
 RESOURCE_KEYS = ("memory", "cpus", "pids", "disk", "nofile")
+# Least privilege: the capabilities root inside a sandbox keeps for our own set-up steps (chown,
+# the agent's files, switching to the agent and test users, killing what they leave). The agent
+# and the tests run as unprivileged users with none, under no-new-privileges.
+ROOT_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "KILL")
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt]?)(?:i?b)?\s*", re.IGNORECASE)
 

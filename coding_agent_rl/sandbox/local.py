@@ -46,7 +46,7 @@ from coding_agent_rl.sandbox.base import (
     SandboxFileNotFound,
 )
 from coding_agent_rl.sandbox.capture import CappedBuffer
-from coding_agent_rl.sandbox.limits import DEFAULT_LIMITS, RESOURCE_KEYS, resolve_limits
+from coding_agent_rl.sandbox.limits import DEFAULT_LIMITS, RESOURCE_KEYS, ROOT_CAPS, resolve_limits
 from coding_agent_rl.sandbox.local_limits import LocalLimits
 from coding_agent_rl.sandbox.local_view import (
     build_view,
@@ -297,6 +297,10 @@ class LocalSandbox(Sandbox):
                 "--clear-groups",
             ]
         else:
+            # Root keeps only what our own set-up needs (as in the Docker backend).
+            argv += ["--cap-drop", "ALL"]
+            for cap in ROOT_CAPS:
+                argv += ["--cap-add", f"CAP_{cap}"]
             argv.append("--")
         return [*argv, "bash", "-c", cmd]
 

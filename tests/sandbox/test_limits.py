@@ -9,10 +9,11 @@ from coding_agent_rl.grading.prepared import grading_network, sandbox_options_fo
 from coding_agent_rl.rollout.isolation import AgentNetwork, agent_network_mode
 from coding_agent_rl.sandbox import cgroups, create_sandbox
 from coding_agent_rl.sandbox.base import NetworkUnsupported
-from coding_agent_rl.sandbox.docker_isolation import ROOT_CAPS, disk_paths, host_config_kwargs
+from coding_agent_rl.sandbox.docker_isolation import disk_paths, host_config_kwargs
 from coding_agent_rl.sandbox.limits import (
     DEFAULT_LIMITS,
     GIB,
+    ROOT_CAPS,
     Limits,
     parse_resources,
     parse_size,

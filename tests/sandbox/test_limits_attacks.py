@@ -176,7 +176,9 @@ async def test_no_privilege_escalation_through_a_setuid_binary():
 async def test_local_sandbox_users_have_no_capabilities():
     async with make("local") as sb:
         out = (await sb.exec(CAPS, user="nobody")).stdout
+        root_caps = (await sb.exec("grep CapEff /proc/self/status")).stdout.split()[1]
     assert "CapEff: 0000000000000000" in out and "NoNewPrivs: 1" in out, out
+    assert int(root_caps, 16) == 0b11101011  # the same six as in Docker
 
 
 @pytest.mark.parametrize("backend", BACKEND_PARAMS)
