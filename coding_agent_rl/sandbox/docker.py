@@ -5,6 +5,9 @@ Commands run through the exec API (``bash -c``); files move through the archive 
 (see :mod:`coding_agent_rl.sandbox.reaper`). Leftovers of a crashed run are found by label:
 ``coding-agent-rl.sandbox=1`` and ``coding-agent-rl.run=<run id>``. Read-only bind mounts
 (``mounts``) bring host files in without a copy, e.g. an agent CLI from the host cache.
+Every container gets the default limits, least privilege and a capped writable disk
+(:mod:`docker_isolation`); with ``network="none"`` and an engine on this host, :meth:`listen`
+puts a socket inside it (adapter-only egress). ``runtime`` picks an engine runtime (gVisor).
 """
 
 from __future__ import annotations
