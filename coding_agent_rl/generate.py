@@ -18,7 +18,6 @@ under ``coding-agent-rl run``.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from typing import Any
 
@@ -33,21 +32,9 @@ def _env_float(name: str, default: float) -> float:
     return float(value) if value else default
 
 
-def _env_options(name: str) -> dict[str, Any]:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return {}
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{name} is not valid JSON ({e}): {raw[:200]!r}") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"{name} must be a JSON object, got {raw[:200]!r}")
-    return value
-
-
 def runtime_config_from_args(args: Any) -> Any:
     """slime's ``args`` namespace + environment -> :class:`RuntimeConfig`."""
+    from coding_agent_rl.harness.base import json_env
     from coding_agent_rl.rollout.config import RolloutConfig
     from coding_agent_rl.rollout.runtime import RuntimeConfig
 
@@ -55,7 +42,7 @@ def runtime_config_from_args(args: Any) -> Any:
     port = getattr(args, "sglang_router_port", None)
     rollout = RolloutConfig(
         backend=os.environ.get("CODING_AGENT_RL_SANDBOX", "docker"),
-        sandbox_options=_env_options("CODING_AGENT_RL_SANDBOX_OPTIONS"),
+        sandbox_options=dict(json_env("CODING_AGENT_RL_SANDBOX_OPTIONS", dict) or {}),
         agent_budget_s=_env_float("SWE_AGENT_TIME_BUDGET_SEC", 1800.0),
         eval_timeout_s=_env_float("SWE_EVAL_TIMEOUT_SEC", 600.0),
         deadline_s=_env_float("SWE_ROLLOUT_DEADLINE_SEC", 0.0) or None,

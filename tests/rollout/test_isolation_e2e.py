@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 from rollout_helpers import (
+    FAST_FAIL_HARNESS,
     RUN_ID,
     base_sample,
     check_outcome,
@@ -47,7 +48,7 @@ log = logging.getLogger(__name__)
 
 LIMITS = {"memory": "1g", "pids": 256, "disk": "512m"}  # Claude Code needs ~300 MB itself
 OFF = {"memory": None, "pids": None, "disk": None, "cpus": None, "nofile": None}
-HARNESS = {"extra_env": {"CLAUDE_CODE_MAX_RETRIES": "1"}, "extra_args": []}
+HARNESS = FAST_FAIL_HARNESS
 OFF_RUN = f"{RUN_ID}-off"
 DECOY = "decoy-session-" + "0" * 32  # a live session no sandbox owns
 
