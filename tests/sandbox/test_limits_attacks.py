@@ -259,3 +259,35 @@ def test_gc_removes_what_a_crashed_run_left(tmp_path):
 
 def _losetup() -> str:
     return subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+
+
+@pytest.mark.docker
+async def test_the_agent_user_owns_only_the_workdir_and_its_home():
+    from coding_agent_rl.harness.agent_user import ensure_agent_user
+
+    async with make("docker", writable=["/srv/work"]) as sb:
+        await sb.exec("mkdir -p /srv/work/pkg && touch /srv/work/pkg/m.py /srv/other", check=True)
+        await ensure_agent_user(sb, "agent", "/home/agent", "/srv/work")
+        owned = (
+            await sb.exec(
+                "find / \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o -user agent -print"
+            )
+        ).stdout.split()
+    assert "/srv/work/pkg/m.py" in owned and "/home/agent" in owned
+    assert all(p.startswith(("/srv/work", "/home/agent")) for p in owned), owned
+
+
+async def test_local_sandboxes_cannot_read_each_others_private_copies(monkeypatch):
+    """Host-mode local sandboxes show the host read-only: not the capped disks, where every
+    sandbox keeps its private copies (a sibling rollout's solution would be there)."""
+    from coding_agent_rl.sandbox import local_view
+
+    look = "grep -rl SIBLING-SECRET / --include=solution.py 2>/dev/null | head -3"
+    async with make("local") as a:
+        await a.write_file("/workspace/solution.py", "SIBLING-SECRET = 1\n")
+        async with make("local") as b:
+            assert (await b.exec(look, timeout=300)).stdout.strip() == ""
+        # Defence off (the disks shown like the rest of the host): the secret is found.
+        monkeypatch.setattr(local_view, "disk_dir", lambda: pathlib.Path("/nonexistent"))
+        async with make("local") as b:
+            assert "solution.py" in (await b.exec(look, timeout=300)).stdout
