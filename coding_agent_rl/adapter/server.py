@@ -38,6 +38,9 @@ from coding_agent_rl.adapter.turns import TurnEngine
 from coding_agent_rl.sandbox.netns import netns_cookie
 
 
+LINGER_S = 2.0
+
+
 @dataclasses.dataclass
 class AdapterConfig:
     sglang_url: str
@@ -124,7 +127,9 @@ class AdapterServer:
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Serve on ``host:port`` (0: any free port); returns the base URL (no ``/v1``)."""
         self._loop = asyncio.get_running_loop()
-        self._runner = web.AppRunner(self.app, access_log=None)
+        # A refused request's unread body is drained for at most LINGER_S (aiohttp's default is
+        # 10 s): long enough for an honest client to read the 4xx, not to stream 50 MiB for 10 s.
+        self._runner = web.AppRunner(self.app, access_log=None, lingering_time=LINGER_S)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
         await site.start()
