@@ -37,7 +37,6 @@ from coding_agent_rl.adapter.sglang import SGLangClient
 from coding_agent_rl.adapter.turns import TurnEngine
 from coding_agent_rl.sandbox.netns import netns_cookie
 
-
 LINGER_S = 2.0
 
 

@@ -53,6 +53,11 @@ class Runtime:
 
         cfg = self.config
         network = AgentNetwork(cfg.rollout.agent_network, cfg.rollout.backend)
+        if network.mode == "none":
+            log.warning(
+                "agent network 'none': the agent CLI cannot reach the adapter, so rollouts of "
+                "CLIs that call a model fail (as infrastructure); use adapter-only for those"
+            )
         self.tokenizer = load_tokenizer(cfg.tokenizer)
         sglang_url = cfg.sglang_url
         on_open = None
