@@ -116,6 +116,7 @@ class DockerSandbox(Sandbox):
         self._cid: str | None = None
         self._create_fut: asyncio.Future[None] | None = None
         self._disk: iso.CappedDisk | None = None
+        self._volumes: list[str] = []
         self._watch: iso.Watch | None = None
 
     @property
@@ -166,6 +167,9 @@ class DockerSandbox(Sandbox):
         self._cid = created["Id"]
         api.start(self._cid)
         info = api.inspect_container(self._cid) if engine.is_local() else {}
+        # The disk's volumes, removed with the container, or by name should it be gone already
+        # (`docker rm -f` without -v leaves anonymous volumes behind).
+        self._volumes = [m["Name"] for m in info.get("Mounts") or [] if m.get("Type") == "volume"]
         pid = (info.get("State") or {}).get("Pid") or None
         upper = ((info.get("GraphDriver") or {}).get("Data") or {}).get("UpperDir")
         self._watch = iso.Watch(self.limits, self._disk, pid, upper if pid else None)
@@ -207,6 +211,8 @@ class DockerSandbox(Sandbox):
         try:
             if self._cid is not None:
                 await self._remove_container()
+            if self._volumes:
+                await engine.in_thread(engine.remove_volumes_named, self._volumes)
         finally:
             disk, self._disk = self._disk, None
             if disk is not None:  # after the container: its volumes held the disk

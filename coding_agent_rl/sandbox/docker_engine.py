@@ -138,6 +138,15 @@ def remove_container(cid: str) -> bool:
         raise
 
 
+def remove_volumes_named(names: list[str]) -> None:
+    """Remove these volumes where they still exist (a container removal usually took them)."""
+    for name in names:
+        try:
+            client().api.remove_volume(name)
+        except docker.errors.APIError:  # gone already, or (briefly) still in use
+            pass
+
+
 def remove_volumes(run_id: str | None = None) -> int:
     """Remove our labelled volumes that no container uses any more; returns how many."""
     removed = 0

@@ -291,3 +291,16 @@ async def test_local_sandboxes_cannot_read_each_others_private_copies(monkeypatc
         monkeypatch.setattr(local_view, "disk_dir", lambda: pathlib.Path("/nonexistent"))
         async with make("local") as b:
             assert "solution.py" in (await b.exec(look, timeout=300)).stdout
+
+
+@pytest.mark.docker
+async def test_nothing_is_left_when_the_container_was_removed_under_us():
+    """`docker rm -f` (no -v) by someone else: closing still removes the disk's volumes and the
+    disk itself."""
+    run_id = f"test-lim-{uuid.uuid4().hex[:8]}"
+    labels = {"label": f"{engine.LABEL_RUN}={run_id}"}
+    async with create_sandbox("docker", BASE, run_id=run_id) as sb:
+        assert len(engine.client().api.volumes(filters=labels)["Volumes"]) == 4
+        subprocess.run(["docker", "rm", "-f", sb.container_id], check=True, capture_output=True)
+    assert not engine.client().api.volumes(filters=labels)["Volumes"]
+    assert not (disk_dir() / run_id).exists()
