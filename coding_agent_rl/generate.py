@@ -14,9 +14,11 @@ through the native loop, ``coding_agent_rl/env/``), ``CODING_AGENT_RL_SANDBOX`` 
 ``SWE_AGENT_TIME_BUDGET_SEC``, ``SWE_EVAL_TIMEOUT_SEC``, ``SWE_ROLLOUT_DEADLINE_SEC``,
 ``CODING_AGENT_RL_REWARD_MODE`` (full | split), ``CODING_AGENT_RL_TAMPER_POLICY`` (zero | flag:
 what a static tamper-screen finding does to the reward), ``SWE_CC_PROMPT``,
-``CODING_AGENT_RL_OUT_DIR``;
-``SWE_BOOT_CONCURRENCY`` and ``ADAPTER_PUBLIC_HOST`` / ``ADAPTER_BIND_HOST`` are read by the
-sandbox and harness layers.
+``CODING_AGENT_RL_OUT_DIR``, ``CODING_AGENT_RL_SANDBOX_OPTIONS`` (a JSON object of backend
+options, e.g. limits: ``{"memory": "8g", "pids": 2048}``); ``CODING_AGENT_RL_AGENT_NETWORK``
+(adapter-only | open | none), ``SWE_BOOT_CONCURRENCY`` and ``ADAPTER_PUBLIC_HOST`` /
+``ADAPTER_BIND_HOST`` are read by the rollout, sandbox and harness layers. Sandboxes get the same
+default limits and isolation as under ``coding-agent-rl run``.
 
 What :func:`generate` returns: objects of the caller's sample class (slime's ``Sample``) whose
 ``status`` is a member of that class's ``Status`` (slime compares members; see
@@ -67,6 +69,7 @@ def _env_float(name: str, default: float) -> float:
 
 def runtime_config_from_args(args: Any) -> Any:
     """slime's ``args`` namespace + environment -> :class:`RuntimeConfig`."""
+    from coding_agent_rl.harness.base import json_env
     from coding_agent_rl.rollout.config import RolloutConfig
     from coding_agent_rl.rollout.runtime import RuntimeConfig
 
@@ -75,6 +78,7 @@ def runtime_config_from_args(args: Any) -> Any:
     out_dir = os.environ.get("CODING_AGENT_RL_OUT_DIR")
     rollout = RolloutConfig(
         backend=os.environ.get("CODING_AGENT_RL_SANDBOX", "docker"),
+        sandbox_options=dict(json_env("CODING_AGENT_RL_SANDBOX_OPTIONS", dict) or {}),
         agent_budget_s=_env_float("SWE_AGENT_TIME_BUDGET_SEC", 1800.0),
         eval_timeout_s=_env_float("SWE_EVAL_TIMEOUT_SEC", 600.0),
         deadline_s=_env_float("SWE_ROLLOUT_DEADLINE_SEC", 0.0) or None,

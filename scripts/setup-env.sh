@@ -18,6 +18,8 @@ need=()
 command -v bwrap >/dev/null || need+=(bubblewrap)
 command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v chromium >/dev/null || need+=(chromium)  # headless browser for the HTML report tests
+command -v runsc >/dev/null || need+=(runsc)  # gVisor, for the sandbox runtime option's test
+command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)  # capped sandbox disks
 ((${#need[@]})) && { echo "setup-env: installing ${need[*]}" >&2; apt_install "${need[@]}" || true; }
 
 rc=0; bash scripts/ensure-docker.sh || rc=$?

@@ -39,6 +39,16 @@ class TurnLimit(AdapterError):
     status, kind = 429, "rate_limit_error"
 
 
+class RateLimited(AdapterError):
+    """Too many requests in flight, or too fast: the client may retry after ``retry_after`` s."""
+
+    status, kind = 429, "rate_limit_error"
+
+    def __init__(self, message: str, *, retry_after: float):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class SessionClosed(AdapterError):
     status, kind = 503, "overloaded_error"
 

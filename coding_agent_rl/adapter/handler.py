@@ -1,5 +1,10 @@
 """One agent request over HTTP: admit the session, render, generate, reply, then record.
 
+The session is authenticated from the headers before a byte of the body is read; a body larger
+than the limit (from its ``Content-Length``, or while it streams in) is refused with 413 without
+being parsed, and a refused request's connection is closed rather than drained. Large bodies
+are parsed off the event loop, so one session's megabytes do not stall the others' streams.
+
 The reply is written before the turn is recorded. While SGLang works, the request watches its
 client: a hang-up cancels the generation (the SGLang client then sends ``/abort_request``) and
 nothing is recorded (logged as 499); streams get heartbeats so client idle timeouts never fire.
@@ -20,12 +25,14 @@ from coding_agent_rl.adapter.errors import (
     AdapterError,
     BadRequest,
     ClientGone,
+    RateLimited,
     TooLarge,
     error_note,
 )
-from coding_agent_rl.adapter.sessions import SessionStore
+from coding_agent_rl.adapter.sessions import Session, SessionStore
 from coding_agent_rl.adapter.turns import TurnEngine
 from coding_agent_rl.adapter.wire import WireFormat, parse_request
+from coding_agent_rl.sandbox.netns import netns_cookie
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +42,17 @@ SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 # SGLang client already retried the policy server with backoff; the CLI retrying 10 more times
 # (~150 s) only delays the rollout's own infra retry.
 NO_RETRY_STATUSES = (401, 404, 413, 429, 502, 503)
+PARSE_OFF_LOOP_BYTES = 256 * 1024  # bodies above this are parsed on a worker thread
+# Bytes a request body may take per token of context: JSON escaping (``\u00e9`` is 6 bytes for
+# one character), tool schemas, cache markers. A body the context cannot hold is refused unread.
+BODY_BYTES_PER_TOKEN = 64
+MIN_BODY_BYTES = 4 << 20
+DEFAULT_CONTEXT = 131072  # for the body limit when no context length is configured
+
+
+def body_limit(max_context: int | None) -> int:
+    """The request body limit for a policy context of ``max_context`` tokens."""
+    return max(MIN_BODY_BYTES, BODY_BYTES_PER_TOKEN * (max_context or DEFAULT_CONTEXT))
 
 
 def header_session_id(request: web.Request) -> str | None:
@@ -60,12 +78,21 @@ async def _write(resp: web.StreamResponse, data: bytes, *, eof: bool = False) ->
 
 
 async def read_json(request: web.Request, max_size: int) -> dict[str, Any]:
+    """The body as a JSON object; 413 before reading when ``Content-Length`` says too much."""
+    if request.content_length is not None and request.content_length > max_size:
+        raise TooLarge(f"request body of {request.content_length} bytes exceeds {max_size}")
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge as e:
         raise TooLarge(f"request body exceeds {max_size} bytes") from e
+    if len(raw) > max_size:
+        raise TooLarge(f"request body exceeds {max_size} bytes")
     try:
-        body = json.loads(raw)
+        body = (
+            await asyncio.to_thread(json.loads, raw)
+            if len(raw) > PARSE_OFF_LOOP_BYTES
+            else json.loads(raw)
+        )
     except ValueError as e:
         raise BadRequest(f"malformed JSON body: {e}") from e
     if not isinstance(body, dict):
@@ -73,11 +100,37 @@ async def read_json(request: web.Request, max_size: int) -> dict[str, Any]:
     return body
 
 
-def error_response(wire: WireFormat, err: AdapterError) -> web.Response:
+def error_response(wire: WireFormat, err: AdapterError, *, close: bool = False) -> web.Response:
+    """``err`` in the client's format. ``close``: the body was not read; closing the connection
+    beats draining it (a 50 MiB body need not cross the loop)."""
     headers = {"x-should-retry": "false"} if err.status in NO_RETRY_STATUSES else {}
+    if isinstance(err, RateLimited):
+        headers = {"x-should-retry": "true", "retry-after": str(max(1, round(err.retry_after)))}
     if err.status >= 500:
         log.warning("%s %s: %s", wire.name, err.status, err.message)
-    return web.json_response(wire.error_body(err), status=err.status, headers=headers)
+    resp = web.json_response(wire.error_body(err), status=err.status, headers=headers)
+    if close:
+        resp.force_close()
+    return resp
+
+
+def authenticate(
+    request: web.Request, sessions: SessionStore, bound: dict[int, str], *, admit: bool
+) -> Session:
+    """The request's session from its headers (never its body); ``admit`` counts a turn.
+
+    ``bound``: netns cookie -> the one session a listener inside a sandbox may serve.
+    """
+    only = None
+    if bound:
+        cookie = netns_cookie(
+            request.transport.get_extra_info("socket") if request.transport else None
+        )
+        only = bound.get(cookie) if cookie is not None else None
+    key = header_session_id(request)
+    if admit:
+        return sessions.admit(key, bound=only)
+    return sessions.authenticate(key, bound=only)
 
 
 class TurnHandler:
@@ -89,21 +142,25 @@ class TurnHandler:
         max_body: int,
         heartbeat_s: float,
         poll_s: float,
+        bound: dict[int, str] | None = None,
     ):
         self.sessions = sessions
         self.engine = engine
         self.max_body = max_body
         self.heartbeat_s = heartbeat_s
         self.poll_s = poll_s
+        self.bound = bound if bound is not None else {}
 
     async def handle(self, request: web.Request, wire_cls: type[WireFormat]) -> web.StreamResponse:
         wire = wire_cls()
         session = None
         resp: web.StreamResponse | None = None
         try:
-            body = await read_json(request, self.max_body)
+            try:
+                session, body = await self.admit_and_read(request)
+            except AdapterError as err:
+                return error_response(wire, err, close=True)
             req = parse_request(wire, body)
-            session = self.sessions.admit(header_session_id(request) or wire.session_hint(body))
             prepared = await self.engine.prepare(session, self.sessions.snapshot(session), req)
             if req.stream:
                 resp = web.StreamResponse(headers=SSE_HEADERS)
@@ -143,6 +200,16 @@ class TurnHandler:
         finally:
             if session is not None:
                 self.sessions.release(session, None)
+
+    async def admit_and_read(self, request: web.Request) -> tuple[Session, dict[str, Any]]:
+        """Admit the request's session, then read its body: nothing of the body is read for a
+        request that is refused."""
+        session = authenticate(request, self.sessions, self.bound, admit=True)
+        try:
+            return session, await read_json(request, self.max_body)
+        except BaseException:
+            self.sessions.release(session, None)
+            raise
 
     async def _wait(
         self, request: web.Request, resp: web.StreamResponse | None, wire: WireFormat, coro: Any

@@ -1,9 +1,12 @@
 """The adapter: one aiohttp app serving Anthropic Messages, OpenAI Chat and OpenAI Responses.
 
-The route picks the wire format; :mod:`handler` runs the request. Sessions are resolved from
-``Authorization: Bearer`` -> ``x-api-key`` -> body ``metadata.session_id`` -> body ``user`` and
-opened by the rollout code through :attr:`AdapterServer.sessions`. The server runs on the
-caller's event loop (:meth:`start`) or on its own thread (:meth:`start_in_thread`, for slime).
+The route picks the wire format; :mod:`handler` runs the request. Every route needs a live
+session, resolved from ``Authorization: Bearer`` -> ``x-api-key`` before the body is read (401
+otherwise), opened by the rollout code through :attr:`AdapterServer.sessions`. The body limit
+follows the context length (:func:`~coding_agent_rl.adapter.handler.body_limit`). The server runs
+on the caller's event loop (:meth:`start`) or on its own thread (:meth:`start_in_thread`, for
+slime); :meth:`serve_socket` adds a listener (e.g. one inside an isolated sandbox) tied to one
+session.
 """
 
 from __future__ import annotations
@@ -18,13 +21,23 @@ from aiohttp import web
 
 from coding_agent_rl.adapter.anthropic import AnthropicMessages
 from coding_agent_rl.adapter.errors import AdapterError
-from coding_agent_rl.adapter.handler import TurnHandler, error_response, read_json
+from coding_agent_rl.adapter.handler import (
+    TurnHandler,
+    authenticate,
+    body_limit,
+    error_response,
+    read_json,
+)
+from coding_agent_rl.adapter.listeners import DEFAULT_MAX_CONNECTIONS, CappedSockSite
 from coding_agent_rl.adapter.openai_chat import OpenAIChat
 from coding_agent_rl.adapter.openai_responses import OpenAIResponses
 from coding_agent_rl.adapter.render import Renderer
 from coding_agent_rl.adapter.sessions import SessionConfig, SessionStore
 from coding_agent_rl.adapter.sglang import SGLangClient
 from coding_agent_rl.adapter.turns import TurnEngine
+from coding_agent_rl.sandbox.netns import netns_cookie
+
+LINGER_S = 2.0
 
 
 @dataclasses.dataclass
@@ -40,7 +53,8 @@ class AdapterConfig:
     )
     auto_open: bool = False
     session_defaults: SessionConfig = dataclasses.field(default_factory=SessionConfig)
-    client_max_size: int = 64 * 1024 * 1024
+    client_max_size: int | None = None  # request body limit; None: from max_context
+    listener_max_connections: int = DEFAULT_MAX_CONNECTIONS  # per listener of serve_socket()
     model_name: str = "policy"
     heartbeat_s: float = 15.0
     poll_s: float = 0.1  # how often a waiting request checks that its client is still there
@@ -78,20 +92,23 @@ class AdapterServer:
             max_context=config.max_context,
             sampling_defaults=config.sampling_defaults,
         )
+        self.max_body = config.client_max_size or body_limit(config.max_context)
+        self._bound: dict[int, str] = {}  # netns cookie -> the session its listener serves
         self.handler = TurnHandler(
             self.sessions,
             self.engine,
-            max_body=config.client_max_size,
+            max_body=self.max_body,
+            bound=self._bound,
             heartbeat_s=config.heartbeat_s,
             poll_s=config.poll_s,
         )
         self.app = self._build_app()
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop serving requests
 
     def _build_app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.client_max_size)
+        app = web.Application(client_max_size=self.max_body)
         r = app.router
         r.add_get("/", self._ok)  # also answers HEAD (Claude Code's reachability probe)
         r.add_get("/health", self._ok)
@@ -108,7 +125,10 @@ class AdapterServer:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Serve on ``host:port`` (0: any free port); returns the base URL (no ``/v1``)."""
-        self._runner = web.AppRunner(self.app, access_log=None)
+        self._loop = asyncio.get_running_loop()
+        # A refused request's unread body is drained for at most LINGER_S (aiohttp's default is
+        # 10 s): long enough for an honest client to read the 4xx, not to stream 50 MiB for 10 s.
+        self._runner = web.AppRunner(self.app, access_log=None, lingering_time=LINGER_S)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
         await site.start()
@@ -128,7 +148,6 @@ class AdapterServer:
 
         def main() -> None:
             loop = asyncio.new_event_loop()
-            self._loop = loop
             try:
                 ready["url"] = loop.run_until_complete(self.start(host, port))
             except BaseException as e:  # surfaced to the caller below
@@ -154,12 +173,66 @@ class AdapterServer:
             self._thread.join(timeout)
             self._thread = self._loop = None
 
+    # -- listeners inside sandboxes --
+
+    async def _on_loop(self, coro: Any) -> Any:
+        """Run ``coro`` on the serving loop, from whichever loop calls."""
+        loop = self._loop
+        if loop is None:
+            coro.close()
+            raise RuntimeError("the adapter is not started")
+        if loop is asyncio.get_running_loop():
+            return await coro
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
+
+    async def serve_socket(self, sock: Any, session: str | None = None) -> Any:
+        """Serve the adapter on the listening socket ``sock`` as well; returns an async callable
+        that stops it. ``session``: the only session this listener accepts, when the kernel can
+        tell which network namespace a connection came from (Linux >= 5.14)."""
+
+        async def add() -> web.SockSite:
+            assert self._runner is not None
+            cap = self.config.listener_max_connections
+            site = CappedSockSite(self._runner, sock, max_connections=cap)
+            await site.start()
+            return site
+
+        cookie = netns_cookie(sock)
+        if session is not None and cookie is not None:
+            self._bound[cookie] = session
+        try:
+            site = await self._on_loop(add())
+        except BaseException:
+            self._bound.pop(cookie or -1, None)
+            sock.close()
+            raise
+
+        async def stop() -> None:
+            self._bound.pop(cookie or -1, None)
+            try:
+                await self._on_loop(site.stop())
+            except RuntimeError:  # the adapter stopped first: its cleanup closed the site
+                pass
+            sock.close()
+
+        return stop
+
     # -- small routes --
 
+    def _refusal(self, request: web.Request) -> web.Response | None:
+        """401 / 503 in Anthropic's format unless the request carries a live session's key."""
+        try:
+            authenticate(request, self.sessions, self._bound, admit=False)
+        except AdapterError as err:
+            return error_response(AnthropicMessages(), err, close=True)
+        return None
+
     async def _ok(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
+        return self._refusal(request) or web.json_response({"status": "ok"})
 
     async def _models(self, request: web.Request) -> web.Response:
+        if refused := self._refusal(request):
+            return refused
         name = self.config.model_name
         model = {
             "id": name,
@@ -182,8 +255,10 @@ class AdapterServer:
 
     async def _count_tokens(self, request: web.Request) -> web.Response:
         wire = AnthropicMessages()
+        if refused := self._refusal(request):
+            return refused
         try:
-            body = await read_json(request, self.config.client_max_size)
+            body = await read_json(request, self.max_body)
             req = wire.parse({"max_tokens": 1, **body})
         except AdapterError as err:
             return error_response(wire, err)

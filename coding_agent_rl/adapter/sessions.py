@@ -2,17 +2,42 @@
 
 The rollout code may live on another thread than the adapter's event loop (slime), so every
 method is guarded by one lock; the objects handed out (``Turn`` lists) are copies.
+
+A session id is also its API key (the CLI sends it as ``Authorization: Bearer``): the rollout
+runner makes ids with 128 random bits (:func:`new_session_id`). Lookups go through a SHA-256
+digest of the key and end in a constant-time comparison, so response times tell nothing about
+other sessions' keys. Each session caps its requests in flight and its request rate (429 with
+``retry-after``; the CLI retries), so one agent cannot monopolise the adapter.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
+import hmac
+import secrets
 import threading
+import time
 from typing import Any
 
-from coding_agent_rl.adapter.errors import SessionClosed, TurnLimit, Unauthorized
+from coding_agent_rl.adapter.errors import RateLimited, SessionClosed, TurnLimit, Unauthorized
 from coding_agent_rl.trajectory.turn import Turn
+
+KEY_BITS = 128
+
+
+def new_session_id(prefix: str = "") -> str:
+    """``prefix`` + 128 random bits (32 hex digits): an id that is also an unguessable key."""
+    return f"{prefix}{secrets.token_hex(KEY_BITS // 8)}"
+
+
+def _b(key: str) -> bytes:
+    return key.encode("utf-8", "surrogatepass")
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(_b(key)).digest()
 
 
 @dataclasses.dataclass
@@ -22,6 +47,9 @@ class SessionConfig:
     ``sampling_defaults`` apply where the request says nothing; ``sampling_fixed`` override the
     request (for ``max_new_tokens`` it is a cap). ``max_turns`` counts requests admitted
     (recorded + in flight); ``max_context`` bounds prompt + output tokens (None: server default).
+    ``max_in_flight`` caps concurrent requests; ``rate`` / ``burst`` a token bucket of requests
+    per second (an agent CLI makes one request per model turn, a few per second at most, a few
+    in parallel with subagents). None turns a cap off.
     """
 
     sampling_defaults: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -29,6 +57,9 @@ class SessionConfig:
     max_turns: int | None = None
     max_context: int | None = None
     metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+    max_in_flight: int | None = 8
+    rate: float | None = 20.0
+    burst: int = 40
 
 
 @dataclasses.dataclass
@@ -48,6 +79,21 @@ class Session:
         self.in_flight = 0
         self.recorded: list[RecordedTurn] = []
         self.errors: list[str] = []  # server-side failures (5xx) answered to the client
+        self.tokens = float(config.burst)  # the rate limit's bucket
+        self.refilled = time.monotonic()
+
+    def take_token(self) -> float:
+        """0 when a request may start now (one token taken), else seconds until one is there."""
+        rate = self.config.rate
+        if not rate:
+            return 0.0
+        now = time.monotonic()
+        self.tokens = min(float(self.config.burst), self.tokens + (now - self.refilled) * rate)
+        self.refilled = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return 0.0
+        return (1.0 - self.tokens) / rate
 
 
 class SessionStore:
@@ -57,6 +103,7 @@ class SessionStore:
         self.auto_open = auto_open
         self.defaults = defaults or SessionConfig()
         self._sessions: dict[str, Session] = {}
+        self._by_key: dict[bytes, Session] = {}  # SHA-256 of the key -> session
         self._lock = threading.Lock()
 
     def open(
@@ -69,8 +116,10 @@ class SessionStore:
         max_context: int | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> None:
-        """Open (or re-open, keeping nothing) the session ``sid``."""
-        config = SessionConfig(
+        """Open (or re-open, keeping nothing) the session ``sid`` (its API key too); request
+        caps come from the store's ``defaults``."""
+        config = dataclasses.replace(
+            self.defaults,
             sampling_defaults=dict(sampling_defaults or {}),
             sampling_fixed=dict(sampling_fixed or {}),
             max_turns=max_turns,
@@ -78,7 +127,18 @@ class SessionStore:
             metadata=dict(metadata or {}),
         )
         with self._lock:
-            self._sessions[sid] = Session(sid, config)
+            self._add(Session(sid, config))
+
+    def _add(self, session: Session) -> None:
+        self._sessions[session.sid] = session
+        self._by_key[_digest(session.sid)] = session
+
+    def _lookup(self, key: str) -> Session | None:
+        """The session whose key is ``key`` (call under the lock); constant-time comparison."""
+        session = self._by_key.get(_digest(key))
+        if session is None or not hmac.compare_digest(_b(session.sid), _b(key)):
+            return None
+        return session
 
     def close(self, sid: str) -> None:
         """Refuse further requests (503); recorded turns stay readable until :meth:`pop`."""
@@ -126,6 +186,8 @@ class SessionStore:
         """Forget the session and return its turns."""
         with self._lock:
             session = self._sessions.pop(sid, None)
+            if session is not None:
+                self._by_key.pop(_digest(sid), None)
             return [r.turn for r in session.recorded] if session else []
 
     def __contains__(self, sid: str) -> bool:
@@ -134,25 +196,49 @@ class SessionStore:
 
     # -- used by the request handlers (event-loop side) --
 
-    def admit(self, sid: str | None) -> Session:
-        """Count a new request against ``sid``; raises the HTTP error the CLI should see."""
-        if not sid:
+    def authenticate(self, key: str | None, *, bound: str | None = None) -> Session:
+        """The live session whose key is ``key``, or the HTTP error the client should see.
+
+        ``bound``: the only session allowed on the connection's listener (one inside a sandbox
+        serves that sandbox's session alone), None where any may come.
+        """
+        if not key:
             raise Unauthorized(
                 "no session id: send it as the API key (Authorization: Bearer <sid>)"
             )
         with self._lock:
-            session = self._sessions.get(sid)
+            session = self._lookup(key)
             if session is None and self.auto_open:
-                session = self._sessions[sid] = Session(sid, dataclasses.replace(self.defaults))
+                session = Session(key, dataclasses.replace(self.defaults))
+                self._add(session)
             if session is None:
-                raise Unauthorized(
-                    f"unknown adapter session {sid!r}: the rollout must open it first"
-                )
+                raise Unauthorized("unknown adapter session: the rollout must open it first")
+            if bound is not None and not hmac.compare_digest(_b(bound), _b(key)):
+                raise Unauthorized("this listener serves another adapter session")
             if session.closed:
-                raise SessionClosed(f"adapter session {sid!r} is closed")
-            limit = session.config.max_turns
+                raise SessionClosed(f"adapter session {session.sid!r} is closed")
+            return session
+
+    def admit(self, key: str | None, *, bound: str | None = None) -> Session:
+        """Count a new request against the session of ``key``; raises the HTTP error the CLI
+        should see (401 unknown, 503 closed, 429 turn limit / too many in flight / too fast)."""
+        session = self.authenticate(key, bound=bound)
+        with self._lock:
+            cfg = session.config
+            limit = cfg.max_turns
             if limit is not None and len(session.recorded) + session.in_flight >= limit:
-                raise TurnLimit(f"adapter session {sid!r} reached its turn limit ({limit})")
+                raise TurnLimit(f"adapter session {session.sid!r} reached its turn limit ({limit})")
+            if cfg.max_in_flight is not None and session.in_flight >= cfg.max_in_flight:
+                raise RateLimited(
+                    f"adapter session has {session.in_flight} requests in flight "
+                    f"(at most {cfg.max_in_flight})",
+                    retry_after=1.0,
+                )
+            wait = session.take_token()
+            if wait:
+                raise RateLimited(
+                    f"adapter session exceeds {cfg.rate:g} requests/s", retry_after=wait
+                )
             session.in_flight += 1
             return session
 

@@ -75,14 +75,6 @@ class WireFormat(abc.ABC):
     def parse(self, body: dict[str, Any]) -> WireRequest:
         """Raise :class:`BadRequest` for a body that is not a valid request."""
 
-    def session_hint(self, body: dict[str, Any]) -> str | None:
-        """A session id carried in the body (after the auth headers): metadata.session_id, user."""
-        meta = body.get("metadata")
-        if isinstance(meta, dict) and isinstance(meta.get("session_id"), str):
-            return meta["session_id"]
-        user = body.get("user")
-        return user if isinstance(user, str) and user else None
-
     @abc.abstractmethod
     def error_body(self, err: AdapterError) -> dict[str, Any]: ...
 

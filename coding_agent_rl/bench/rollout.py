@@ -17,6 +17,12 @@ teardown, which we overlap with other work), plus the expected latency of notici
 exit with a 5 s marker poll (2.5 s, half the period), plus slime's fixed 10 s sleep per sample.
 It is a lower bound: slime also uploads the CLI into every sandbox (6-7 s here before we
 mounted it). ``ratio`` = our overhead / that.
+
+``--isolation both`` runs the batch twice per ``--rounds``, alternating, in the same process:
+with our defaults (limits, capped disks, least privilege, adapter-only egress) and with all of
+that off (no limits, full privileges, the open bridge network); ``isolation`` then holds both
+runs' figures and ``isolation_cost`` = (on - off) / off of the median rollout wall time
+(``total_s``), target <= 5%.
 """
 
 from __future__ import annotations
@@ -39,6 +45,9 @@ SLIME_POLL_S = 5.0  # slime polls `test -f done` every 5 s: on average the exit 
 SLIME_SLEEP_S = 10.0  # slime sleeps 10 s per sample
 TARGET_OVERHEAD_S = 1.5
 TARGETS = {"overhead_s_p50": ("<=", TARGET_OVERHEAD_S)}
+TARGET_ISOLATION_COST = 0.05
+# "off": every limit off, full privileges, the backend's open network.
+ISOLATION_OFF = {"memory": None, "cpus": None, "pids": None, "disk": None, "nofile": None}
 TASKS = pathlib.Path(__file__).parents[1] / "datasets" / "examples" / "tasks.jsonl"
 
 
@@ -179,6 +188,7 @@ async def bench(
     backend: str,
     out: pathlib.Path,
     sandbox_options: dict[str, Any],
+    agent_network: str | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     from coding_agent_rl.datasets.schema import load_dataset
     from coding_agent_rl.rollout.batch import run_batch
@@ -198,6 +208,7 @@ async def bench(
             eval_timeout_s=120.0,
             max_context=32768,
             out_dir=out,
+            agent_network=agent_network,
         ),
     )
     writer = RunWriter(out)
@@ -208,6 +219,69 @@ async def bench(
         writer.results, n=n, concurrency=concurrency, wall_s=wall, agent=agent, backend=backend
     )
     return summary, writer.results
+
+
+def off_options(backend: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with isolation off: no limits, full privileges (where the backend has them)."""
+    from coding_agent_rl.sandbox import BACKENDS
+
+    cls = BACKENDS.load(backend)
+    off = {k: v for k, v in ISOLATION_OFF.items() if k in cls.limit_names}
+    if backend == "docker":
+        off["hardened"] = False
+    return {**options, **off}
+
+
+async def compare_isolation(rounds: int, **kw: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The batch with isolation on and off, alternating ``rounds`` times; both summaries."""
+    on_records: list[dict[str, Any]] = []
+    off_records: list[dict[str, Any]] = []
+    wall = {"on": 0.0, "off": 0.0}
+    out: pathlib.Path = kw.pop("out")
+    opts = kw.pop("sandbox_options")
+    # Warm-up, not counted: images, the CLI's unpacked copy, the tokenizer, page cache.
+    await bench(**{**kw, "n": kw["concurrency"]}, out=out / "warmup", sandbox_options=opts)
+    for i in range(rounds):
+        order = ("on", "off") if i % 2 == 0 else ("off", "on")
+        for which in order:
+            run_opts = opts if which == "on" else off_options(kw["backend"], opts)
+            net = None if which == "on" else "open"
+            summary, records = await bench(
+                **kw, out=out / f"{which}-{i}", sandbox_options=run_opts, agent_network=net
+            )
+            (on_records if which == "on" else off_records).extend(records)
+            wall[which] += summary["wall_s"]
+    n, c = kw["n"] * rounds, kw["concurrency"]
+    both = {
+        which: summarize(recs, n=n, concurrency=c, wall_s=wall[which])
+        for which, recs in (("on", on_records), ("off", off_records))
+    }
+    result = {**both["on"], "agent": kw["agent"], "backend": kw["backend"]}
+    on_t, off_t = both["on"]["total_s_p50"], both["off"]["total_s_p50"]
+    cost = round((on_t - off_t) / off_t, 4) if on_t and off_t else None
+    result["isolation"] = {
+        which: {
+            k: both[which][k]
+            for k in ("completed", "failures", "wall_s", "total_s_p50", "overhead_s_p50")
+        }
+        for which in both
+    }
+    result["isolation"]["on"]["profile_p50"] = both["on"]["profile_p50"]
+    result["isolation"]["baseline"] = {
+        "kind": "run",
+        "from": "the same batch with isolation off, alternating rounds in this process",
+    }
+    result["isolation_cost"] = cost
+    result["isolation_target"] = TARGET_ISOLATION_COST
+    result["isolation_target_met"] = cost is not None and cost <= TARGET_ISOLATION_COST
+    result["targets"] = {**result["targets"], "isolation_cost": f"<= {TARGET_ISOLATION_COST:g}"}
+    if not result["isolation_target_met"]:
+        result["targets_missed"] = [
+            *result["targets_missed"],
+            f"isolation_cost {cost} > {TARGET_ISOLATION_COST:g}",
+        ]
+    result["failures"] = both["on"]["failures"] + both["off"]["failures"]
+    return result, on_records + off_records
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -228,6 +302,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="backend option, e.g. run_id=NAME, cpus=2 (repeatable)",
     )
+    parser.add_argument(
+        "--isolation",
+        choices=("on", "off", "both"),
+        default="on",
+        help="on: default limits and adapter-only egress; off: none of it; both: compare",
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="with --isolation both: on/off pairs")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     parser.add_argument(
         "--profile", action="store_true", help="print each rollout's phases and steps to stderr"
@@ -275,20 +356,33 @@ def run(args: argparse.Namespace) -> int:
     options = parse_options(args.sandbox_option)
     if args.sandbox == "docker":
         options.setdefault("run_id", f"bench-rollout-{uuid.uuid4().hex[:8]}")
+    if args.rounds < 1:
+        raise UserError("--rounds must be at least 1")
     summaries = []
     for concurrency in levels:
+        kw: dict[str, Any] = {
+            "n": args.n,
+            "concurrency": concurrency,
+            "agent": args.agent,
+            "backend": args.sandbox,
+        }
         with tempfile.TemporaryDirectory(prefix="car-bench-rollout-") as tmp:
             out = args.out / f"c{concurrency}" if args.out and len(levels) > 1 else args.out
-            summary, records = asyncio.run(
-                bench(
-                    n=args.n,
-                    concurrency=concurrency,
-                    agent=args.agent,
-                    backend=args.sandbox,
-                    out=out or pathlib.Path(tmp),
-                    sandbox_options=options,
+            out = out or pathlib.Path(tmp)
+            if args.isolation == "both":
+                summary, records = asyncio.run(
+                    compare_isolation(args.rounds, out=out, sandbox_options=options, **kw)
                 )
-            )
+            else:
+                off = args.isolation == "off"
+                summary, records = asyncio.run(
+                    bench(
+                        **kw,
+                        out=out,
+                        sandbox_options=off_options(args.sandbox, options) if off else options,
+                        agent_network="open" if off else None,
+                    )
+                )
         if args.profile:
             print_profile(records, sys.stderr)
         summaries.append(summary)

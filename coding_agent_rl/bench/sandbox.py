@@ -1,11 +1,15 @@
 """``coding-agent-rl bench sandbox``: our sandbox layer against the docker CLI, same run.
 
-Three figures, each the median of ``--n`` samples, ours and the CLI's interleaved so load drift
-on a shared machine hits both alike:
+Figures, each the median of ``--n`` samples, the compared pairs interleaved so load drift on a
+shared machine hits both alike:
 
 - exec: ``sb.exec("true")`` vs ``docker exec CID true`` on the same container;
 - lifecycle: create+destroy through ``create_sandbox`` vs ``docker run -d`` + ``docker rm -f``
-  of the same image with the same init/entrypoint;
+  of the same image with the same init/entrypoint and the same limits and privileges as flags
+  (the capped disk has no CLI equivalent: that work is ours alone);
+- isolation: create+destroy and exec with our defaults (limits, capped disk, least privilege,
+  no network plus the adapter's socket inside: ``listen_ms``) vs the same with every limit off,
+  full privileges and the bridge network ("plain"): ``isolation_*_ratio``;
 - completion detection: a detached command (``sandbox.detach``) records the wall clock as its
   last act; we measure until ``wait_detached`` returns (the container shares the host's clock).
 
@@ -69,13 +73,37 @@ def _p50(xs: list[float]) -> float | None:
     return round(statistics.median(xs), 2) if xs else None
 
 
-async def bench(backend: str, image: str, n: int, poll_s: float) -> dict[str, Any]:
-    docker = backend == "docker"
-    options: dict[str, Any] = {}
+PLAIN = {"memory": None, "cpus": None, "pids": None, "disk": None, "nofile": None}
 
-    async def lifecycle() -> None:
-        async with create_sandbox(backend, image, **options):
-            pass
+
+def _cli_limit_flags() -> list[str]:
+    """Our default limits and privileges as ``docker run`` flags."""
+    from coding_agent_rl.sandbox.limits import DEFAULT_LIMITS as L
+    from coding_agent_rl.sandbox.limits import ROOT_CAPS
+
+    flags = [f"--memory={L.memory}", f"--memory-swap={L.memory}", f"--pids-limit={L.pids}"]
+    flags += [f"--cpus={L.cpus}", f"--ulimit=nofile={L.nofile}:{L.nofile}", "--cap-drop=ALL"]
+    flags += [f"--cap-add={c}" for c in ROOT_CAPS] + ["--security-opt=no-new-privileges"]
+    return [*flags, "--network=none"]
+
+
+async def bench(backend: str, image: str, n: int, poll_s: float) -> dict[str, Any]:
+    from coding_agent_rl.sandbox import BACKENDS
+
+    docker = backend == "docker"
+    cls = BACKENDS.load(backend)
+    isolated: dict[str, Any] = cls.network_options("none") if cls.listens_inside() else {}
+    plain: dict[str, Any] = {**PLAIN, **cls.network_options("open")} if cls.limit_names else {}
+    if docker:
+        plain["hardened"] = False
+    listen_ms: list[float] = []
+
+    async def lifecycle(options: dict[str, Any] = isolated) -> None:
+        async with create_sandbox(backend, image, **options) as sb:
+            if options is isolated and cls.listens_inside():
+                t0 = time.perf_counter()
+                (await sb.listen(18001)).close()
+                listen_ms.append((time.perf_counter() - t0) * 1000)
 
     async def cli_lifecycle() -> None:
         cid = await _cli(
@@ -85,6 +113,7 @@ async def bench(backend: str, image: str, n: int, poll_s: float) -> dict[str, An
             "--init",
             "--label",
             "coding-agent-rl.sandbox=1",
+            *_cli_limit_flags(),
             "--entrypoint",
             "sleep",
             image,
@@ -94,16 +123,22 @@ async def bench(backend: str, image: str, n: int, poll_s: float) -> dict[str, An
 
     await lifecycle()  # warm-up (image cache, client, thread pool)
     life, cli_life = await _pair(n, lifecycle, cli_lifecycle if docker else None)
+    iso_life, plain_life = await _pair(n, lifecycle, lambda: lifecycle(plain))
 
-    async with create_sandbox(backend, image, **options) as sb:
+    async with (
+        create_sandbox(backend, image, **isolated) as sb,
+        create_sandbox(backend, image, **plain) as sb_plain,
+    ):
         cid = getattr(sb, "container_id", None)
         for _ in range(3):
             await sb.exec("true")
+            await sb_plain.exec("true")
         ex, cli_ex = await _pair(
             n,
             lambda: sb.exec("true"),
             (lambda: _cli("docker", "exec", cid, "true")) if docker else None,
         )
+        iso_ex, plain_ex = await _pair(n, lambda: sb.exec("true"), lambda: sb_plain.exec("true"))
         detect = []
         for i in range(n):
             marker, stamp = f"/tmp/bench-done-{i}", f"/tmp/bench-exit-{i}"
@@ -127,6 +162,17 @@ async def bench(backend: str, image: str, n: int, poll_s: float) -> dict[str, An
         "cli_lifecycle_ms_p50": _p50(cli_life),
         "completion_detect_ms_p50": _p50(detect),
         "completion_detect_ms_max": round(max(detect), 2),
+        "isolated_lifecycle_ms_p50": _p50(iso_life),
+        "plain_lifecycle_ms_p50": _p50(plain_life),
+        "isolation_lifecycle_ratio": round(
+            statistics.median(iso_life) / statistics.median(plain_life), 3
+        ),
+        "isolated_exec_ms_p50": _p50(iso_ex),
+        "plain_exec_ms_p50": _p50(plain_ex),
+        "isolation_exec_ratio": round(statistics.median(iso_ex) / statistics.median(plain_ex), 3),
+        "listen_ms_p50": _p50(listen_ms),
+        "isolated_options": isolated,
+        "plain_options": plain,
     }
     if docker:
         result["exec_ratio"] = round(statistics.median(ex) / statistics.median(cli_ex), 3)

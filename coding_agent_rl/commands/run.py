@@ -16,6 +16,7 @@ import sys
 from coding_agent_rl.cli import UserError
 
 SANDBOXES = ("docker", "local", "e2b")
+NETWORK_MODES = ("adapter-only", "open", "none")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -68,7 +69,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="backend option, e.g. memory=4g, cpus=2 (repeatable)",
+        help="backend option, e.g. memory=8g, cpus=4, pids=2048, disk=20g, nofile=8192 "
+        "(limits; null turns one off), runtime=runsc (repeatable)",
+    )
+    p.add_argument(
+        "--agent-network",
+        choices=NETWORK_MODES,
+        default=None,
+        help="what the agent sandbox can reach: adapter-only (default; "
+        "$CODING_AGENT_RL_AGENT_NETWORK), open (the backend's network) or none",
     )
 
 
@@ -117,6 +126,7 @@ def build_config(args: argparse.Namespace):
             max_turns=args.max_turns,
             out_dir=args.out,
             tamper_policy=args.tamper_policy,
+            agent_network=args.agent_network,
         ),
     )
 
@@ -143,6 +153,20 @@ def native_options(args: argparse.Namespace) -> dict[str, object]:
     return options
 
 
+def check_isolation(rollout) -> None:
+    """The agent network and the sandbox options, checked before anything starts: one line
+    naming the problem (e.g. adapter-only egress that this backend cannot enforce here)."""
+    from coding_agent_rl.rollout.isolation import AgentNetwork
+    from coding_agent_rl.sandbox import create_sandbox
+
+    try:
+        network = AgentNetwork(rollout.agent_network, rollout.backend)
+        opts = {**rollout.sandbox_options, **network.options()}
+        create_sandbox(rollout.backend, "check", **opts)  # validates options, starts nothing
+    except ValueError as e:
+        raise UserError(f"{e}") from None
+
+
 def load_rows(path: str, limit: int | None) -> list:
     from coding_agent_rl.datasets.schema import DatasetError, load_dataset
 
@@ -164,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"unknown agent {args.agent!r}; known: {known}")
     rows = load_rows(args.dataset, args.limit)
     config = build_config(args)
+    check_isolation(config.rollout)
     if args.sandbox == "local":  # read-only images: what rollouts write, the CLI bound in
         from coding_agent_rl.rollout.local_options import local_sandbox_options
 

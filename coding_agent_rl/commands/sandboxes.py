@@ -1,4 +1,5 @@
-"""``coding-agent-rl sandboxes list|gc``: find and remove leftover Docker sandboxes by label."""
+"""``coding-agent-rl sandboxes list|gc``: find and remove leftover Docker sandboxes by label,
+with what they leave on the host (volumes, capped disks: loop mounts and their files)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ls = sub.add_parser("list", help="list our containers (every run unless --run-id)")
     ls.add_argument("--run-id", default=None, help="only this run's")
     ls.add_argument("--json", action="store_true", help="one JSON object per line")
-    gc = sub.add_parser("gc", help="remove our containers (every run unless --run-id)")
+    gc = sub.add_parser(
+        "gc", help="remove our containers, volumes and capped disks (every run unless --run-id)"
+    )
     gc.add_argument("--run-id", default=None, help="only this run's")
 
 
@@ -20,8 +23,11 @@ def run(args: argparse.Namespace) -> int:
     from coding_agent_rl.sandbox import docker_engine as engine
 
     if args.action == "gc":
-        removed = asyncio.run(engine.gc(args.run_id))
-        print(f"removed {removed} sandbox container(s)")
+        report = asyncio.run(engine.gc_report(args.run_id))
+        print(
+            f"removed {report['containers']} sandbox container(s), {report['volumes']} "
+            f"volume(s), {report['disks']} capped disk(s)"
+        )
         return 0
     for c in engine.list_containers(args.run_id):
         row = {

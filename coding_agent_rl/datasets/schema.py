@@ -29,6 +29,7 @@ from coding_agent_rl.datasets.fields import (
 )
 from coding_agent_rl.datasets.log_parsers import needed_parser_hint
 from coding_agent_rl.grading.patchfiles import patch_paths
+from coding_agent_rl.sandbox.limits import parse_resources
 
 LOG_PARSERS = ("pytest", "junit", "swebench", "r2e", "swepro")
 
@@ -66,6 +67,8 @@ class TaskRow:
     repo: str | None = None
     test_timeout: float | None = None
     build: BuildSpec | None = None
+    # Sandbox limits this task needs instead of the run's (memory, cpus, pids, disk, nofile).
+    resources: dict = dataclasses.field(default_factory=dict, compare=False)
     metadata: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
     source: str = ""
 
@@ -192,6 +195,8 @@ def parse_row(obj: Any, *, base_dir: pathlib.Path, source: str = "") -> TaskRow:
     if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
         raise ValueError("test_timeout must be a positive number of seconds")
 
+    resources = parse_resources(md.get("resources"))
+
     return TaskRow(
         instance_id=str(instance_id),
         image=image,
@@ -218,6 +223,7 @@ def parse_row(obj: Any, *, base_dir: pathlib.Path, source: str = "") -> TaskRow:
         repo=md.get("repo"),
         test_timeout=float(timeout) if timeout else None,
         build=build_spec(md.get("build"), base_dir),
+        resources=resources,
         metadata=md,
         source=source,
     )

@@ -101,7 +101,7 @@ async def agent_side(
     from coding_agent_rl.rollout.workspace import prepare_agent_workspace
     from coding_agent_rl.sandbox import create_sandbox
 
-    opts = sandbox_options_for(backend, sandbox_options)
+    opts = sandbox_options_for(backend, sandbox_options, row)
     async with create_sandbox(backend, image=row.image, **opts) as sb:
         base = await prepare_agent_workspace(sb, row)
         leaks = await find_future(sb, row.workdir)

@@ -136,7 +136,7 @@ async def grade(
             prepared = await sandbox.ready()
             await _grade_in(prepared, row, kept_data, patterns, result, timeout, defences, sandbox)
         else:
-            opts = sandbox_options_for(backend, sandbox_options)
+            opts = sandbox_options_for(backend, sandbox_options, row)
             async with create_sandbox(backend, image=row.image, **opts) as sb:
                 prepared = await prepare_grading(sb, row, defences)
                 where = (backend, sandbox_options)

@@ -28,8 +28,8 @@ the workdir before then, and the key never appears on a command line.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
-import inspect
 import io
 import posixpath
 import shlex
@@ -53,7 +53,9 @@ from coding_agent_rl.grading.workspace import (
     run_checked,
 )
 from coding_agent_rl.sandbox import BACKENDS, Sandbox, create_sandbox
+from coding_agent_rl.sandbox.base import NetworkUnsupported
 from coding_agent_rl.sandbox.capped_read import EMIT, emit_command, parse_emitted
+from coding_agent_rl.sandbox.task import task_options
 
 if TYPE_CHECKING:  # the schema imports grading.patchfiles; avoid the cycle at runtime
     from coding_agent_rl.datasets.schema import TaskRow
@@ -62,12 +64,26 @@ q = shlex.quote
 VIEW_BUDGET = 3 * 1024 * 1024  # test-file bytes read back for canary derivation, all files
 
 
-def sandbox_options_for(backend: str, options: dict[str, Any] | None) -> dict[str, Any]:
-    """``options`` plus ``network="none"`` where the backend takes a network option."""
+def grading_network(backend: str) -> str:
+    """``"none"``, or why a grading sandbox of ``backend`` keeps its network (for the record)."""
+    try:
+        BACKENDS.load(backend).network_options("none")
+    except NetworkUnsupported as e:
+        return f"on ({e})"
+    return "none"
+
+
+def sandbox_options_for(
+    backend: str, options: dict[str, Any] | None, row: TaskRow | None = None
+) -> dict[str, Any]:
+    """``options`` with the network off (where the backend can: :func:`grading_network`) and,
+    given the ``row``, its resource limits and its workdir on the capped disk."""
     opts = dict(options or {})
-    init = inspect.signature(BACKENDS.load(backend).__init__).parameters
-    if "network" in init or backend == "docker":
-        opts["network"] = "none"  # whatever network the agent's sandboxes were given
+    with contextlib.suppress(NetworkUnsupported):  # the rollout record says so
+        # whatever network the agent's sandboxes were given
+        opts.update(BACKENDS.load(backend).network_options("none"))
+    if row is not None:
+        opts = task_options(backend, opts, resources=row.resources, writable=[row.workdir])
     return opts
 
 
@@ -246,7 +262,7 @@ class GradingSandbox:
         self.sandbox_options = dict(sandbox_options or {})
         self.defences = defences or Defences()
         self.sandbox = create_sandbox(
-            backend, image=row.image, **sandbox_options_for(backend, sandbox_options)
+            backend, image=row.image, **sandbox_options_for(backend, sandbox_options, row)
         )
         self.used = False
         self.ready_at: float | None = None  # time.monotonic() when the preparation finished

@@ -1,4 +1,6 @@
-"""Where the adapter listens, and the address a sandbox uses to reach it.
+"""Where the adapter listens, and the address a sandbox uses to reach it, when the sandbox
+reaches it over a network (agent network ``open``, and E2B). With ``adapter-only`` on a backend
+local to this host the adapter is served inside each sandbox instead (``rollout/isolation.py``).
 
 ``ADAPTER_BIND_HOST`` / ``ADAPTER_PUBLIC_HOST`` override the per-backend defaults:
 

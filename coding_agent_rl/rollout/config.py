@@ -36,6 +36,12 @@ class RolloutConfig:
     # Create and prepare the grading sandbox while the agent runs. None: on for sandboxes on
     # this machine (docker, local); off for remote ones, billed per sandbox-second.
     grade_ahead: bool | None = None
+    # What the agent sandbox can reach (rollout/isolation.py): adapter-only | open | none;
+    # None: $CODING_AGENT_RL_AGENT_NETWORK, else adapter-only.
+    agent_network: str | None = None
+    # How often the agent sandbox's limits are checked while the agent runs (a breach ends the
+    # rollout as the model's failure, naming the limit).
+    limits_poll_s: float = 1.0
     # The static tamper screen's policy: "zero" (a finding scores 0) or "flag" (recorded only).
     tamper_policy: str = "zero"
 

@@ -15,7 +15,9 @@ only on evidence it cannot produce:
 * ``model`` — everything else: a diff that does not apply or is over a cap, tests that fail,
   tampering, a budget overrun, an adapter request the agent malformed, a log or marker the agent
   mangled (reading agent-writable paths is best-effort and never infra; the run directory and
-  its markers are root's: harness/launch.py). The samples are kept for training with reward 0.
+  its markers are root's: harness/launch.py), a resource limit of its sandbox hit while it
+  worked (memory, pids, disk: the rollout ends at once, ``fail_reason`` names the limit). The
+  samples are kept for training with reward 0.
 * ``aborted`` — the trainer aborted its engines mid-rollout (the policy server answered a
   request with ``finish_reason: abort``; slime does this at the end of a rollout step). The CLI is
   stopped at once, the sandboxes are destroyed, and the rollout returns one aborted placeholder
@@ -23,6 +25,9 @@ only on evidence it cannot produce:
   gets the same teardown (sandboxes destroyed before the cancellation completes).
 
 Artifacts (diff, agent log, test log) are written under a per-rollout byte budget.
+
+Isolation (``rollout/isolation.py``): the agent sandbox reaches only the adapter by default;
+``record["isolation"]`` says what the agent and the grader could reach and which limits applied.
 """
 
 from __future__ import annotations
@@ -38,11 +43,13 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from coding_agent_rl.adapter.sessions import new_session_id
 from coding_agent_rl.grading.defences import Defences
 from coding_agent_rl.grading.diff import DiffCaptureError, capture_diff
 from coding_agent_rl.grading.grade import grade
-from coding_agent_rl.grading.prepared import GradingSandbox
+from coding_agent_rl.grading.prepared import GradingSandbox, grading_network
 from coding_agent_rl.harness import HarnessContext
+from coding_agent_rl.harness.launch import RUN_ROOT
 from coding_agent_rl.rollout.attribution import (
     ArtifactBudget,
     InfraFailure,
@@ -50,10 +57,12 @@ from coding_agent_rl.rollout.attribution import (
     file_size,
 )
 from coding_agent_rl.rollout.config import LOCAL_BACKENDS, RolloutConfig, RolloutOutcome
+from coding_agent_rl.rollout.isolation import AgentNetwork
 from coding_agent_rl.rollout.prompt import render_prompt
 from coding_agent_rl.rollout.timing import Timings
 from coding_agent_rl.rollout.workspace import prepare_agent_workspace
 from coding_agent_rl.sandbox import SandboxError, create_sandbox
+from coding_agent_rl.sandbox.task import task_options
 from coding_agent_rl.trajectory import build_samples
 from coding_agent_rl.types import Sample, Status, aborted_sample
 
@@ -98,11 +107,14 @@ class RolloutRunner:
         decode: Callable[[list[int]], str] | None = None,
         on_session_open: SessionHook | None = None,
         run_id: str | None = None,
+        network: AgentNetwork | None = None,
     ):
+        """``adapter_url``: the adapter as the agent sandbox sees it (``network.public_url``)."""
         self.adapter = adapter
         self.adapter_url = adapter_url
         self.harness = harness
         self.config = config
+        self.network = network or AgentNetwork(config.agent_network, config.backend)
         self.decode = decode
         self.on_session_open = on_session_open
         self.run_id = run_id or uuid.uuid4().hex[:8]
@@ -192,7 +204,8 @@ class RolloutRunner:
         self, row: Any, base: Sample, attempt: int
     ) -> tuple[str, Timings, dict[str, Any], pathlib.Path | None]:
         """An attempt's session id, timings, ``results.jsonl`` record and artifact folder."""
-        sid = f"{self.run_id}-{row.instance_id}-{base.index}-{attempt}-{uuid.uuid4().hex[:6]}"
+        # The id is the agent's API key too: 128 random bits (adapter/sessions.py).
+        sid = new_session_id(f"{self.run_id}-{row.instance_id}-{base.index}-{attempt}-")
         record: dict[str, Any] = {
             "rollout_id": base.rollout_id if base.rollout_id is not None else base.index,
             "instance_id": row.instance_id,
@@ -204,6 +217,10 @@ class RolloutRunner:
             "abort_reason": None,
             "agent_exit_code": None,
             "agent_timed_out": None,
+            "isolation": {
+                "agent_network": self.network.mode,
+                "grading_network": grading_network(self.config.backend),
+            },
         }
         if base.session_id:
             record["routing_key"] = base.session_id
@@ -257,6 +274,14 @@ class RolloutRunner:
                 with timings.step("agent_sandbox_create"):
                     sb = await self._create_agent_sandbox(row)
                 stack.push_async_callback(sb.close)
+                with timings.step("adapter_attach"):
+                    stop_listener = await self.network.attach(
+                        sb, self.adapter, self.adapter_url, sid
+                    )
+                if stop_listener is not None:
+                    stack.push_async_callback(stop_listener)
+                limits = getattr(sb, "limits", None)
+                record["isolation"]["limits"] = limits.as_dict() if limits else None
                 # The CLI's install (usually a cached check) touches nothing the workspace set-up
                 # does: it runs alongside; install_s counts only what it adds after.
                 installing = asyncio.ensure_future(self.harness.install(sb))
@@ -286,7 +311,14 @@ class RolloutRunner:
                 ahead.start()
             with timings.phase("agent_s"):
                 prompt = render_prompt(row.problem_statement, row.workdir, cfg.prompt_template)
-                agent = await self._run_agent(sb, ctx, prompt, sid)
+                agent, breach = await self._run_watched(sb, ctx, prompt)
+            if breach is not None:  # the agent's own doing: the rollout ends here
+                event("limit", sid, breach=breach)
+                record.update(failure_kind="model", fail_reason=breach, limit_breach=breach)
+                await self.adapter.sessions.settled(sid, timeout=10.0)
+                turns = self.adapter.sessions.turns(sid)
+                return self._samples(row, base, sid, turns, record, 0.0, evaluation)
+            assert agent is not None
             record["agent_exit_code"] = agent.exit_code
             record["agent_timed_out"] = agent.timed_out
             timings.steps["agent_cli"] = agent.duration_s
@@ -331,6 +363,8 @@ class RolloutRunner:
                     defences=self._defences,
                 )
             if ahead is not None:
+                if result.reward < 1.0 and (hit := await ahead.sandbox.limit_breaches()):
+                    result.reason = f"{result.reason} (grading sandbox: {'; '.join(hit)})"
                 with timings.phase("grade_s"), timings.step("grading_sandbox_destroy"):
                     await ahead.close()
                 if ahead.ready_at is not None:
@@ -348,26 +382,47 @@ class RolloutRunner:
             record["fail_reason"] = result.reason
         return self._samples(row, base, sid, turns, record, result.reward, evaluation)
 
-    async def _run_agent(self, sb: Any, ctx: HarnessContext, prompt: str, sid: str) -> Any:
-        """The CLI's run, stopped as soon as the policy server aborts a request of ``sid``
-        (cancelling the run kills the CLI's processes); raises :class:`RolloutAborted` then."""
-        running = asyncio.ensure_future(
-            self.harness.run(sb, ctx, prompt, self.config.agent_budget_s)
-        )
+    async def _run_agent(
+        self, sb: Any, ctx: HarnessContext, prompt: str, sid: str
+    ) -> tuple[Any, str | None]:
+        """The CLI's run within its budget: ``(run, None)``, or ``(None, the limit it hit)``.
+
+        Watched while it runs for the policy server aborting a request of ``sid`` (raises
+        :class:`RolloutAborted`; cancelling the run kills the CLI's processes) and, every
+        ``limits_poll_s`` and once after, for a resource limit of its sandbox: a breach destroys
+        the sandbox at once (after a fork bomb not even a kill command can start in it)."""
+        run = asyncio.ensure_future(self.harness.run(sb, ctx, prompt, self.config.agent_budget_s))
+        watch = asyncio.ensure_future(self._watch_limits(sb))
         try:
-            while not running.done():
-                reason = self.adapter.engine.aborted(sid)
-                if reason is not None:
+            while not run.done():
+                if (reason := self.adapter.engine.aborted(sid)) is not None:
                     raise RolloutAborted(reason)
-                await asyncio.wait([running], timeout=ABORT_POLL_S)
+                await asyncio.wait(
+                    {run, watch}, timeout=ABORT_POLL_S, return_when=asyncio.FIRST_COMPLETED
+                )
+                if watch.done():
+                    breach = watch.result()
+                    await sb.close()
+                    return None, breach
+            try:
+                agent = run.result()
+            except SandboxError:  # gone: a limit that killed the sandbox is the model's
+                if hit := await sb.limit_breaches():
+                    return None, "; ".join(hit)
+                raise
+            if (reason := self.adapter.engine.aborted(sid)) is not None:
+                raise RolloutAborted(reason)  # the CLI may have exited on the refusal
+            hit = await sb.limit_breaches()
+            return (None, "; ".join(hit)) if hit else (agent, None)
         finally:
-            if not running.done():
-                await _settle(running)
-        agent = running.result()
-        reason = self.adapter.engine.aborted(sid)  # the CLI may have exited on the refusal
-        if reason is not None:
-            raise RolloutAborted(reason)
-        return agent
+            await _settle(watch)
+            await _settle(run)
+
+    async def _watch_limits(self, sb: Any) -> str:
+        while True:
+            await asyncio.sleep(self.config.limits_poll_s)
+            if hit := await sb.limit_breaches():
+                return "; ".join(hit)
 
     @property
     def _defences(self) -> Defences:
@@ -382,7 +437,12 @@ class RolloutRunner:
         """The agent's sandbox, with the harness's host files mounted where the backend can."""
         cfg = self.config
         mounts = await self._agent_mounts()
-        opts = dict(cfg.sandbox_options)
+        opts = task_options(
+            cfg.backend,
+            {**cfg.sandbox_options, **self.network.options()},
+            resources=row.resources,
+            writable=[row.workdir, RUN_ROOT],
+        )
         if mounts:
             opts["mounts"] = {**(opts.get("mounts") or {}), **mounts}
         sb = create_sandbox(cfg.backend, row.image, **opts)
@@ -448,6 +508,7 @@ class RolloutRunner:
                 **base.metadata,
                 "instance_id": row.instance_id,
                 "failure_kind": record["failure_kind"],
+                **({"limit_breach": record["limit_breach"]} if "limit_breach" in record else {}),
             },
         )
         samples = build_samples(

@@ -48,10 +48,17 @@ class Runtime:
     async def start(self) -> Runtime:
         from coding_agent_rl.adapter.render import Renderer
         from coding_agent_rl.adapter.server import AdapterConfig, AdapterServer
-        from coding_agent_rl.harness import adapter_bind_host, adapter_public_url, get_harness
+        from coding_agent_rl.harness import get_harness
         from coding_agent_rl.policy.tokenizer import load_tokenizer
+        from coding_agent_rl.rollout.isolation import AgentNetwork
 
         cfg = self.config
+        network = AgentNetwork(cfg.rollout.agent_network, cfg.rollout.backend)
+        if network.mode == "none":
+            log.warning(
+                "agent network 'none': the agent CLI cannot reach the adapter, so rollouts of "
+                "CLIs that call a model fail (as infrastructure); use adapter-only for those"
+            )
         self.tokenizer = load_tokenizer(cfg.tokenizer)
         sglang_url = cfg.sglang_url
         on_open = None
@@ -83,15 +90,20 @@ class Runtime:
                 model_name=cfg.rollout.model_name,
             )
         )
-        backend = cfg.rollout.backend
-        bind = adapter_bind_host(backend)
+        bind = network.bind_host()
         port = cfg.adapter_port or int(os.environ.get("ADAPTER_PORT", "0"))
         if cfg.in_thread:
             local_url = self.adapter.start_in_thread(bind, port)
         else:
             local_url = await self.adapter.start(bind, port)
-        public_url = adapter_public_url(backend, int(local_url.rsplit(":", 1)[1]))
-        log.info("adapter listening on %s (sandboxes reach it at %s)", local_url, public_url)
+        public_url = network.public_url(int(local_url.rsplit(":", 1)[1]))
+        log.info(
+            "adapter listening on %s; agent network %s: sandboxes reach it at %s%s",
+            local_url,
+            network.mode,
+            public_url,
+            " (a socket inside each sandbox)" if network.inside else "",
+        )
         harness = get_harness(cfg.agent, **cfg.harness_options)
         self.runner = RolloutRunner(
             adapter=self.adapter,
@@ -100,6 +112,7 @@ class Runtime:
             config=cfg.rollout,
             decode=lambda ids: self.tokenizer.decode(ids),
             on_session_open=on_open,
+            network=network,
         )
         return self
 

@@ -3,6 +3,12 @@
 Backends subclass :class:`Sandbox` and implement the five ``_``-prefixed primitives; the public
 methods (``exec``, ``write_file``, ``read_file``, ``__aenter__``/``__aexit__``) add the shared
 behaviour (closed-state checks, shielded idempotent teardown, output caps).
+
+Capabilities (callers ask the class or the object, never compare backend names):
+:meth:`Sandbox.network_options` maps an agent-network mode to the backend's options,
+:meth:`Sandbox.listens_inside` / :meth:`Sandbox.listen` put a listening socket inside an isolated
+sandbox (how ``adapter-only`` egress reaches the adapter on backends local to this host), and
+:meth:`Sandbox.limit_breaches` reports the resource limits (:mod:`limits`) a sandbox has hit.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import abc
 import asyncio
 import contextlib
 import pathlib
+import socket
 from typing import Any, NamedTuple
 
 DEFAULT_OUTPUT_CAP = 10 * 1024 * 1024
@@ -35,6 +42,17 @@ class SandboxGone(SandboxError):
 
 class SandboxFileNotFound(SandboxError, FileNotFoundError):
     """``read_file`` on a path that does not exist."""
+
+
+NETWORK_MODES = ("adapter-only", "open", "none")
+
+
+class NetworkUnsupported(ValueError):
+    """The backend cannot give its sandboxes the asked-for network mode (the message says why)."""
+
+
+class NetworkNeedsAddress(NetworkUnsupported):
+    """The mode needs the adapter's address as the sandbox sees it (``adapter_host``)."""
 
 
 class ExecResult(NamedTuple):
@@ -80,6 +98,11 @@ class Sandbox(abc.ABC):
     """Async context manager around one isolated environment."""
 
     backend: str = "?"
+    # The resource limits (``limits.RESOURCE_KEYS``) this backend enforces per sandbox, as
+    # options of those names; and whether option ``writable`` lists the paths its processes
+    # write (put on the capped disk).
+    limit_names: tuple[str, ...] = ()
+    takes_writable: bool = False
 
     def __init__(self, image: str, *, output_cap: int = DEFAULT_OUTPUT_CAP):
         self.image = image
@@ -115,6 +138,33 @@ class Sandbox(abc.ABC):
 
     @abc.abstractmethod
     async def _read(self, path: str, *, user: str) -> bytes: ...
+
+    # ---- capabilities (defaults: a backend that knows no better) --------------------------------
+    @classmethod
+    def network_options(cls, mode: str, adapter_host: str | None = None) -> dict[str, Any]:
+        """Backend options for the agent-network ``mode`` (one of :data:`NETWORK_MODES`):
+        ``adapter-only`` (only the adapter answers; ``adapter_host`` is where it listens, for
+        backends that filter by address), ``open`` (the backend's default network), ``none``.
+        Raises :class:`NetworkUnsupported` naming what this backend cannot do."""
+        if mode == "open":
+            return {}
+        raise NetworkUnsupported(f"the {cls.backend} sandbox cannot enforce network {mode!r}")
+
+    @classmethod
+    def listens_inside(cls) -> bool:
+        """Whether :meth:`listen` works: ``adapter-only`` then serves the adapter on a socket
+        inside each sandbox (``http://127.0.0.1:PORT`` there) instead of a host address."""
+        return False
+
+    async def listen(self, port: int) -> socket.socket:
+        """A listening TCP socket on ``127.0.0.1:port`` inside this sandbox's network namespace,
+        for the caller to serve (see :meth:`listens_inside`)."""
+        raise SandboxError(f"the {self.backend} sandbox cannot host a listener")
+
+    async def limit_breaches(self) -> list[str]:
+        """The resource limits this sandbox has hit so far, one line each naming the limit
+        (e.g. ``"memory limit 4 GiB exceeded (1 OOM kill(s))"``); [] when none (or unknown)."""
+        return []
 
     # ---- shared behaviour ----------------------------------------------------------------------
     async def __aenter__(self) -> Sandbox:

@@ -5,15 +5,18 @@ Commands run through the exec API (``bash -c``); files move through the archive 
 (see :mod:`coding_agent_rl.sandbox.reaper`). Leftovers of a crashed run are found by label:
 ``coding-agent-rl.sandbox=1`` and ``coding-agent-rl.run=<run id>``. Read-only bind mounts
 (``mounts``) bring host files in without a copy, e.g. an agent CLI from the host cache.
+Every container gets the default limits, least privilege and a capped writable disk
+(:mod:`docker_isolation`); with ``network="none"`` and an engine on this host, :meth:`listen`
+puts a socket inside it (adapter-only egress). ``runtime`` picks an engine runtime (gVisor).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import posixpath
 import random
-import threading
 import time
 from typing import Any
 
@@ -21,22 +24,26 @@ import docker.errors
 import docker.types
 import requests.exceptions
 
+from coding_agent_rl.sandbox import cgroups, docker_files
 from coding_agent_rl.sandbox import docker_engine as engine
-from coding_agent_rl.sandbox import docker_files
+from coding_agent_rl.sandbox import docker_isolation as iso
 from coding_agent_rl.sandbox.base import (
     DEFAULT_OUTPUT_CAP,
     ExecResult,
     ImageNotFound,
+    NetworkUnsupported,
     Sandbox,
     SandboxCreateError,
     SandboxError,
     SandboxFileNotFound,
     SandboxGone,
 )
-from coding_agent_rl.sandbox.capture import CappedBuffer
 from coding_agent_rl.sandbox.docker_engine import gateway_ip, gc
+from coding_agent_rl.sandbox.docker_exec import ExecRun, container_running, reap, run_exec
+from coding_agent_rl.sandbox.limits import DEFAULT_LIMITS, RESOURCE_KEYS, resolve_limits
+from coding_agent_rl.sandbox.netns import listen_in_netns
 from coding_agent_rl.sandbox.options import parse_options
-from coding_agent_rl.sandbox.reaper import TOKEN_ENV, kill_argv, new_token
+from coding_agent_rl.sandbox.reaper import TOKEN_ENV, new_token
 
 __all__ = ["DockerOptions", "DockerSandbox", "gateway_ip", "gc"]
 
@@ -44,11 +51,20 @@ _TRANSPORT = (requests.exceptions.ConnectionError, requests.exceptions.Timeout)
 _ROOT_USERS = ("root", "0", "0:0")
 
 
+_D = DEFAULT_LIMITS
+
+
 @dataclasses.dataclass
 class DockerOptions:
-    cpus: float | None = None  # CPU quota, e.g. 2 or 0.5
-    memory: str | int | None = None  # "4g" or bytes
-    pids_limit: int | None = None
+    # Limits (sandbox/limits.py: defaults and why; None = unlimited).
+    cpus: float | None = _D.cpus  # CPU quota, e.g. 2 or 0.5
+    memory: str | int | None = _D.memory  # "4g" or bytes; swap = memory
+    pids: int | None = _D.pids
+    disk: str | int | None = _D.disk  # writable-disk cap (a capped disk; needs the engine here)
+    nofile: int | None = _D.nofile  # open files per process
+    writable: list[str] | None = None  # paths on the capped disk besides /tmp, /home, ...
+    hardened: bool = True  # least privilege: capabilities dropped, no-new-privileges
+    runtime: str | None = None  # an engine runtime, e.g. "runsc" (gVisor; see README)
     network: str = "bridge"  # "none" | "bridge" | a network name
     user: str | None = None  # user of the keep-alive process (exec picks its own)
     run_id: str | None = None  # label value; default: this process's run id
@@ -82,50 +98,30 @@ def _transient(e: BaseException) -> bool:
     return False
 
 
-class _ExecRun:
-    """What the reader thread shares with the awaiting coroutine."""
-
-    def __init__(self, cap: int):
-        self.out = CappedBuffer(cap)
-        self.err = CappedBuffer(cap)
-        self.started = False  # the engine accepted exec_start: the command may be running
-        self.finished = threading.Event()
-        self._stream: Any = None
-        self._cancelled = False
-        self._lock = threading.Lock()
-
-    def attach(self, stream: Any) -> None:
-        with self._lock:
-            self._stream = stream
-            cancelled = self._cancelled
-        if cancelled:
-            stream.close()
-
-    def cancel(self) -> None:
-        """Stop reading (closes the connection, which unblocks the reader thread)."""
-        with self._lock:
-            self._cancelled = True
-            stream = self._stream
-        if stream is not None:
-            stream.close()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled
-
-
 class DockerSandbox(Sandbox):
     backend = "docker"
+    limit_names = RESOURCE_KEYS
+    takes_writable = True
 
     def __init__(self, image: str, **options: Any):
         self.opts = parse_options(DockerOptions, self.backend, options)
         for host, target in (self.opts.mounts or {}).items():
             if not (posixpath.isabs(host) and posixpath.isabs(target)):
                 raise ValueError(f"mount {host!r} -> {target!r}: both paths must be absolute")
-        super().__init__(image, output_cap=self.opts.output_cap)
-        self.run_id = self.opts.run_id or engine.default_run_id()
+        o = self.opts
+        self.limits = resolve_limits(
+            {k: getattr(o, k) for k in ("memory", "cpus", "pids", "disk", "nofile")}
+        )
+        for path in o.writable or ():
+            if not posixpath.isabs(path):
+                raise ValueError(f"writable path {path!r}: must be absolute")
+        super().__init__(image, output_cap=o.output_cap)
+        self.run_id = o.run_id or engine.default_run_id()
         self._cid: str | None = None
         self._create_fut: asyncio.Future[None] | None = None
+        self._disk: iso.CappedDisk | None = None
+        self._volumes: list[str] = []
+        self._watch: iso.Watch | None = None
 
     @property
     def sandbox_id(self) -> str:
@@ -144,25 +140,28 @@ class DockerSandbox(Sandbox):
     def _create_blocking(self) -> None:
         api = engine.client().api
         o = self.opts
-        host_config = api.create_host_config(
-            init=True,
-            nano_cpus=int(o.cpus * 1e9) if o.cpus else None,
-            mem_limit=o.memory,
-            pids_limit=o.pids_limit,
-            network_mode=o.network,
-            extra_hosts=o.extra_hosts,
+        labels = {engine.LABEL_SANDBOX: "1", engine.LABEL_RUN: self.run_id}
+        mounts = [
             # A "bind" mount (unlike a legacy volume bind) fails when the host path is missing
             # instead of creating an empty directory there.
-            mounts=[
-                docker.types.Mount(target, host, type="bind", read_only=True)
-                for host, target in (o.mounts or {}).items()
-            ]
-            or None,
+            docker.types.Mount(target, host, type="bind", read_only=True)
+            for host, target in (o.mounts or {}).items()
+        ]
+        self._disk = iso.make_disk(self.run_id, self.limits, engine.is_local())
+        if self._disk is not None:
+            mounts += iso.disk_mounts(self._disk, iso.disk_paths(o.writable), labels)
+        host_config = api.create_host_config(
+            init=True,
+            network_mode=o.network,
+            extra_hosts=o.extra_hosts,
+            mounts=mounts or None,
+            runtime=o.runtime,
+            **iso.host_config_kwargs(self.limits, hardened=o.hardened),
         )
         created = api.create_container(
             self.image,
             entrypoint=["sleep", "infinity"],  # an explicit entrypoint also drops the image's CMD
-            labels={engine.LABEL_SANDBOX: "1", engine.LABEL_RUN: self.run_id},
+            labels=labels,
             host_config=host_config,
             environment=o.env,
             working_dir=o.workdir,
@@ -171,6 +170,13 @@ class DockerSandbox(Sandbox):
         )
         self._cid = created["Id"]
         api.start(self._cid)
+        info = api.inspect_container(self._cid) if engine.is_local() else {}
+        # The disk's volumes, removed with the container, or by name should it be gone already
+        # (`docker rm -f` without -v leaves anonymous volumes behind).
+        self._volumes = [m["Name"] for m in info.get("Mounts") or [] if m.get("Type") == "volume"]
+        pid = (info.get("State") or {}).get("Pid") or None
+        upper = ((info.get("GraphDriver") or {}).get("Data") or {}).get("UpperDir")
+        self._watch = iso.Watch(self.limits, self._disk, pid, upper if pid else None)
 
     async def _create(self) -> None:
         attempts = max(1, self.opts.create_attempts)
@@ -188,6 +194,16 @@ class DockerSandbox(Sandbox):
                     ) from e
                 except Exception as e:
                     if not _transient(e) or attempt == attempts - 1:
+                        if "rlimit type 7" in str(e):
+                            raise SandboxCreateError(
+                                f"docker: open-files limit nofile={self.limits.nofile} is above "
+                                f"the engine's own hard limit: lower it (option nofile): {e}"
+                            ) from e
+                        if "runtime" in str(e).lower() and self.opts.runtime:
+                            raise SandboxCreateError(
+                                f"docker: the engine has no runtime {self.opts.runtime!r} "
+                                f"registered (see README, gVisor): {e}"
+                            ) from e
                         raise SandboxCreateError(f"docker: cannot create a sandbox: {e}") from e
                     await self._destroy()
                     self._cid = None
@@ -196,8 +212,18 @@ class DockerSandbox(Sandbox):
     async def _destroy(self) -> None:
         if self._create_fut is not None and not self._create_fut.done():
             await asyncio.wait([self._create_fut])
-        if self._cid is None:
-            return
+        try:
+            if self._cid is not None:
+                await self._remove_container()
+            if self._volumes:
+                await engine.in_thread(engine.remove_volumes_named, self._volumes)
+        finally:
+            disk, self._disk = self._disk, None
+            if disk is not None:  # after the container: its volumes held the disk
+                await engine.in_thread(disk.destroy)
+
+    async def _remove_container(self) -> None:
+        assert self._cid is not None
         for attempt in range(3):
             try:
                 await engine.in_thread(engine.remove_container, self._cid)
@@ -207,70 +233,72 @@ class DockerSandbox(Sandbox):
                     raise
                 await asyncio.sleep(0.5 * 2**attempt)
 
-    # ---- exec ----------------------------------------------------------------------------------
-    def _run_exec(
-        self,
-        argv: list[str],
-        user: str,
-        env: dict[str, str] | None,
-        cwd: str | None,
-        run: _ExecRun,
-    ) -> int:
-        """Blocking: create, stream and inspect one exec; returns its exit code."""
-        api = engine.client().api
+    # ---- capabilities ----------------------------------------------------------------------------
+    @classmethod
+    def network_options(cls, mode: str, adapter_host: str | None = None) -> dict[str, Any]:
+        if mode == "open":
+            return {"network": "bridge"}
+        if mode == "none":
+            return {"network": "none"}
+        if mode == "adapter-only":
+            if not cls.listens_inside():
+                raise NetworkUnsupported(
+                    "adapter-only egress with Docker serves the adapter inside each sandbox's "
+                    "network namespace: it needs the engine on this machine (DOCKER_HOST is "
+                    f"{os.environ.get('DOCKER_HOST')!r}) and root; use agent network 'open'"
+                )
+            return {"network": "none"}
+        raise NetworkUnsupported(f"unknown network mode {mode!r}")
+
+    @classmethod
+    def listens_inside(cls) -> bool:
+        return engine.is_local() and os.geteuid() == 0
+
+    async def listen(self, port: int) -> Any:
+        self._check_open()
+        pid = self._watch.pid if self._watch is not None else None
+        if pid is None:
+            raise SandboxError("docker: the container's process is not on this host")
         try:
+            return await engine.in_thread(listen_in_netns, f"/proc/{pid}/ns/net", port)
+        except OSError as e:
+            raise SandboxError(
+                f"docker sandbox {self.sandbox_id}: cannot listen inside: {e}"
+            ) from e
+
+    async def limit_breaches(self) -> list[str]:
+        watch = self._watch
+        if watch is None or self._state != "open":
+            return []
+        if watch.on_host():
+            found = await engine.in_thread(watch.host_breaches)
+        else:
             try:
-                created = api.exec_create(
-                    self._cid,
-                    argv,
-                    stdout=True,
-                    stderr=True,
-                    user=user,
-                    environment=env,
-                    workdir=cwd,
+                code, out, _ = await self._exec_simple(
+                    ["bash", "-c", cgroups.IN_SANDBOX_SCRIPT], "root"
                 )
-            except docker.errors.APIError as e:
-                if e.status_code in (404, 409):  # no such container / not running
-                    raise SandboxGone(f"docker sandbox {self.sandbox_id} is gone: {e}") from e
-                raise
-            run.started = True  # from here on the command may be running
-            stream = api.exec_start(created["Id"], stream=True, demux=True)
-            run.attach(stream)
-            for out, err in stream:
-                if out:
-                    run.out.append(out)
-                if err:
-                    run.err.append(err)
-            while True:
-                info = api.exec_inspect(created["Id"])
-                # The stream ends when the command closes its stdout/stderr, which can precede
-                # its exit by a little.
-                if not info["Running"] or run.cancelled:
-                    break
-                time.sleep(0.01)
-            code = info["ExitCode"] if info["ExitCode"] is not None else -1
-            if code == 126 and not info.get("Pid"):
-                # The engine could not start it (no such user or cwd). Engine 20.10 writes why on
-                # the stdout stream, or sometimes nothing; either way it belongs on stderr.
-                why = run.out.raw().decode(errors="replace").strip()
-                run.out = CappedBuffer(run.out.cap)
-                run.err.append(
-                    f"docker could not start the command (user {user!r}, cwd "
-                    f"{cwd or '(default)'!r}): {why or 'does that user exist?'}\n"
-                )
-            return code
-        finally:
-            run.finished.set()
+                found = watch.from_script(out.decode(errors="replace")) if code == 0 else []
+            except Exception:  # e.g. no process can start (pids exhausted): nothing to read
+                found = []
+        return found or await engine.in_thread(self._oom_killed)
 
-    def _reap_blocking(self, token: str, run: _ExecRun) -> None:
-        """Kill the exec tagged ``token`` and everything in its session; then stop reading."""
-        try:
-            self._run_exec(kill_argv(token), "root", None, "/", _ExecRun(64 * 1024))
-        except Exception:
-            pass  # the container may be gone, which kills everything anyway
-        if not run.finished.wait(5):  # an escaped daemon may still hold the output pipes
-            run.cancel()
+    def _oom_killed(self) -> list[str]:
+        """The container itself died of its memory limit (the engine's own evidence): its main
+        process was OOM-killed, e.g. gVisor's kernel holding every process of the sandbox."""
+        for _ in range(15):  # the engine records the OOM event a moment after the death
+            try:
+                state = engine.client().api.inspect_container(self._cid)["State"]
+            except Exception:
+                return []
+            pid = self._watch.pid if self._watch else None
+            if state.get("Running") and not (pid and not os.path.exists(f"/proc/{pid}")):
+                return []  # alive (its init still runs here, or we cannot look)
+            if state.get("OOMKilled"):
+                return [f"{self.limits.describe('memory')} exceeded (the sandbox was OOM-killed)"]
+            time.sleep(0.2)
+        return []
 
+    # ---- exec ----------------------------------------------------------------------------------
     async def _exec_once(
         self,
         cmd: str,
@@ -278,25 +306,40 @@ class DockerSandbox(Sandbox):
         env: dict[str, str] | None,
         cwd: str | None,
         timeout: float | None,
-        run: _ExecRun,
+        run: ExecRun,
     ) -> ExecResult:
         token = new_token()
         full_env = {**(env or {}), TOKEN_ENV: token}
         start = time.monotonic()
-        fut = engine.in_thread(self._run_exec, ["bash", "-c", cmd], user, full_env, cwd, run)
+        fut = engine.in_thread(
+            run_exec, self._cid, self.sandbox_id, ["bash", "-c", cmd], user, full_env, cwd, run
+        )
+        if self.opts.runtime:  # another runtime may leave the stream open when the box dies
+            watcher = asyncio.ensure_future(self._close_if_dead(fut, run))
+            fut.add_done_callback(lambda _: watcher.cancel())
         try:
             code = await asyncio.wait_for(asyncio.shield(fut), timeout)
         except asyncio.TimeoutError:
-            await engine.in_thread(self._reap_blocking, token, run)
+            await engine.in_thread(reap, self._cid, self.sandbox_id, token, run)
             return ExecResult(124, run.out.text(), run.err.text(), True, time.monotonic() - start)
         except asyncio.CancelledError:
-            engine.submit(self._reap_blocking, token, run)  # outlives this task and its loop
+            engine.submit(
+                reap, self._cid, self.sandbox_id, token, run
+            )  # outlives this task and its loop
             raise
         except _TRANSPORT:
             if run.started:  # the command may still run: never leave it behind
-                await engine.in_thread(self._reap_blocking, token, run)
+                await engine.in_thread(reap, self._cid, self.sandbox_id, token, run)
             raise
         return ExecResult(code, run.out.text(), run.err.text(), False, time.monotonic() - start)
+
+    async def _close_if_dead(self, fut: asyncio.Future[int], run: ExecRun) -> None:
+        """Stop reading ``run`` once its container is no longer running (checked each second)."""
+        while not fut.done():
+            await asyncio.sleep(1.0)
+            if not await engine.in_thread(container_running, self._cid):
+                run.cancel()
+                return
 
     async def _exec(
         self,
@@ -309,7 +352,7 @@ class DockerSandbox(Sandbox):
         idempotent: bool,
     ) -> ExecResult:
         for attempt in range(3):
-            run = _ExecRun(self.output_cap)
+            run = ExecRun(self.output_cap)
             try:
                 return await self._exec_once(cmd, user, env, cwd, timeout, run)
             except SandboxError:
@@ -326,8 +369,10 @@ class DockerSandbox(Sandbox):
         raise AssertionError("unreachable")
 
     async def _exec_simple(self, argv: list[str], user: str) -> tuple[int, bytes, bytes]:
-        run = _ExecRun(1024 * 1024)
-        code = await engine.in_thread(self._run_exec, argv, user, None, "/", run)
+        run = ExecRun(1024 * 1024)
+        code = await engine.in_thread(
+            run_exec, self._cid, self.sandbox_id, argv, user, None, "/", run
+        )
         return code, run.out.raw(), run.err.raw()
 
     # ---- files ---------------------------------------------------------------------------------

@@ -138,11 +138,42 @@ def remove_container(cid: str) -> bool:
         raise
 
 
-async def gc(run_id: str | None = None) -> int:
-    """Remove our containers (of ``run_id``, or of every run); returns how many were removed."""
+def remove_volumes_named(names: list[str]) -> None:
+    """Remove these volumes where they still exist (a container removal usually took them)."""
+    for name in names:
+        try:
+            client().api.remove_volume(name)
+        except docker.errors.APIError:  # gone already, or (briefly) still in use
+            pass
+
+
+def remove_volumes(run_id: str | None = None) -> int:
+    """Remove our labelled volumes that no container uses any more; returns how many."""
+    removed = 0
+    for v in client().api.volumes(filters=_label_filter(run_id)).get("Volumes") or []:
+        try:
+            client().api.remove_volume(v["Name"])
+            removed += 1
+        except docker.errors.APIError:  # in use (a live sandbox) or already gone
+            pass
+    return removed
+
+
+async def gc_report(run_id: str | None = None) -> dict[str, int]:
+    """Remove our containers (of ``run_id``, or of every run), then their leftovers: labelled
+    volumes and capped disks (:mod:`coding_agent_rl.sandbox.disk`); how many of each went."""
+    from coding_agent_rl.sandbox import disk
+
     summaries = await in_thread(list_containers, run_id)
     removed = await asyncio.gather(*(in_thread(remove_container, s["Id"]) for s in summaries))
-    return sum(removed)
+    volumes = await in_thread(remove_volumes, run_id)
+    disks = await in_thread(disk.gc, run_id) if is_local() else 0
+    return {"containers": sum(removed), "volumes": volumes, "disks": disks}
+
+
+async def gc(run_id: str | None = None) -> int:
+    """:func:`gc_report`; returns how many containers were removed."""
+    return (await gc_report(run_id))["containers"]
 
 
 def _interface_ipv4(name: str) -> str | None:

@@ -5,6 +5,13 @@ gateways that route by metadata), the image goes into the sandbox metadata under
 template comes from option ``template`` or ``SLIME_AGENT_E2B_TEMPLATE`` (else the SDK default);
 otherwise the image *is* the template. Commands run as the leader of a new session, so a timeout
 kills everything they started (:mod:`coding_agent_rl.sandbox.reaper`).
+
+Network (``network`` option): ``open`` (E2B's default: the internet), ``none`` (the SDK's
+internet switch off: ``allow_internet_access=False``; grading uses it) and ``adapter-only``
+(the SDK's egress filter: ``allow_out`` = the adapter's public address, everything else denied,
+no DNS server). What E2B cannot enforce: the filter works on addresses, not ports (every port of
+the adapter's host answers), and the adapter must be reachable from E2B's cloud, i.e. listen on
+a public address. Memory, CPUs and disk come with the template, not per sandbox.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import asyncio
 import contextlib
 import dataclasses
 import inspect
+import ipaddress
 import os
 import posixpath
 import random
@@ -28,6 +36,8 @@ from coding_agent_rl.sandbox.base import (
     DEFAULT_OUTPUT_CAP,
     ExecResult,
     ImageNotFound,
+    NetworkNeedsAddress,
+    NetworkUnsupported,
     Sandbox,
     SandboxCreateError,
     SandboxError,
@@ -75,6 +85,16 @@ class E2BOptions:
     workdir: str | None = None  # default cwd of execs
     output_cap: int = DEFAULT_OUTPUT_CAP
     retries: int = 3  # transport retries (idempotent calls only)
+    network: str = "open"  # "open" | "none" | "adapter-only" (then allow_out is required)
+    allow_out: list[str] | None = None  # adapter-only: the addresses (IPs, CIDRs, names) allowed
+
+
+def _is_address(value: str) -> bool:
+    try:
+        ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        return False
+    return True
 
 
 def _transient(e: BaseException) -> bool:
@@ -91,6 +111,13 @@ class E2BSandbox(Sandbox):
 
     def __init__(self, image: str, **options: Any):
         self.opts = parse_options(E2BOptions, self.backend, options)
+        if self.opts.network not in ("open", "none", "adapter-only"):
+            raise ValueError(
+                f"option 'network' of the e2b sandbox: open, none or adapter-only, "
+                f"got {self.opts.network!r}"
+            )
+        if self.opts.network == "adapter-only" and not self.opts.allow_out:
+            raise ValueError("e2b network 'adapter-only' needs allow_out (the adapter's address)")
         super().__init__(image, output_cap=self.opts.output_cap)
         self.metadata = dict(self.opts.metadata or {})
         key = os.environ.get(METADATA_KEY_ENV, "").strip()
@@ -117,6 +144,40 @@ class E2BSandbox(Sandbox):
             await asyncio.sleep(min(8.0, 0.5 * 2**attempt) * (1 + random.random()))
         raise AssertionError("unreachable")
 
+    # ---- capabilities ----------------------------------------------------------------------------
+    @classmethod
+    def network_options(cls, mode: str, adapter_host: str | None = None) -> dict[str, Any]:
+        params = inspect.signature(AsyncSandbox.create).parameters
+        if mode == "open":
+            return {"network": "open"}
+        if mode == "none":
+            if "allow_internet_access" not in params:
+                raise NetworkUnsupported("this e2b SDK cannot turn the internet off")
+            return {"network": "none"}
+        if mode == "adapter-only":
+            if "network" not in params:
+                raise NetworkUnsupported("this e2b SDK has no egress filter (network=...)")
+            if not adapter_host:
+                raise NetworkNeedsAddress("adapter-only on e2b needs the adapter's public address")
+            return {"network": "adapter-only", "allow_out": [adapter_host]}
+        raise NetworkUnsupported(f"unknown network mode {mode!r}")
+
+    def _network_kwargs(self) -> dict[str, Any]:
+        if self.opts.network == "none":
+            return {"allow_internet_access": False}
+        if self.opts.network == "adapter-only":
+            allow = list(self.opts.allow_out or [])
+            names = any(not _is_address(a) for a in allow)
+            return {
+                "network": {
+                    "allow_out": allow,
+                    "deny_out": ["0.0.0.0/0"],
+                    # No DNS server unless a name must be resolved (then E2B's default).
+                    **({} if names else {"dns_servers": []}),
+                }
+            }
+        return {}
+
     # ---- lifecycle ---------------------------------------------------------------------------
     async def _create(self) -> None:
         kwargs: dict[str, Any] = {
@@ -124,6 +185,7 @@ class E2BSandbox(Sandbox):
             "timeout": self.opts.lifetime_s,
             "metadata": self.metadata or None,
             "envs": self.opts.env,
+            **self._network_kwargs(),
         }
         if self.opts.api_key:
             kwargs["api_key"] = self.opts.api_key

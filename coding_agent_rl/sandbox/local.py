@@ -7,6 +7,10 @@ filesystem read-only; any other image is looked up by name in the local image st
 paths in option ``writable``) are private writable copies kept in a temp dir on the host, so
 nothing leaks into the source tree and state persists across execs (see :mod:`local_view`).
 Option ``mounts`` binds host files read-only (e.g. an agent CLI from the host cache).
+Resource limits (``memory``, ``cpus``, ``pids``, ``disk``, ``nofile``: :mod:`limits`) come from a
+control group of our own and a capped disk holding the private copies (:mod:`local_limits`).
+With ``network="none"`` the sandbox has only its loopback; :meth:`LocalSandbox.listen` puts a
+listening socket there (how ``adapter-only`` egress reaches the adapter).
 
 One sandbox = one long-lived bwrap "holder" that owns the pid, ipc, uts (and, unless
 ``network="host"``, net) namespaces; every exec is a fresh bwrap joining them, so detached
@@ -28,7 +32,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from typing import Any
 
@@ -36,12 +39,15 @@ from coding_agent_rl.sandbox import rootfs
 from coding_agent_rl.sandbox.base import (
     DEFAULT_OUTPUT_CAP,
     ExecResult,
+    NetworkUnsupported,
     Sandbox,
     SandboxCreateError,
     SandboxError,
     SandboxFileNotFound,
 )
 from coding_agent_rl.sandbox.capture import CappedBuffer
+from coding_agent_rl.sandbox.limits import DEFAULT_LIMITS, RESOURCE_KEYS, ROOT_CAPS, resolve_limits
+from coding_agent_rl.sandbox.local_limits import LocalLimits
 from coding_agent_rl.sandbox.local_view import (
     build_view,
     bwrap_reason,
@@ -51,6 +57,7 @@ from coding_agent_rl.sandbox.local_view import (
     private_copies,
     private_dirs,
 )
+from coding_agent_rl.sandbox.netns import listen_in_netns
 from coding_agent_rl.sandbox.options import parse_options
 from coding_agent_rl.sandbox.reaper import TOKEN_ENV, kill_tagged_here, new_token
 
@@ -61,9 +68,17 @@ _ROOT_USERS = ("root", "0", "0:0")
 _IO_GRACE_S = 2.0
 
 
+_D = DEFAULT_LIMITS
+
+
 @dataclasses.dataclass
 class LocalOptions:
     network: str = "none"  # "none" | "host"
+    memory: str | int | None = _D.memory  # limits: see sandbox/limits.py (None = unlimited)
+    cpus: float | None = _D.cpus
+    pids: int | None = _D.pids
+    disk: str | int | None = _D.disk
+    nofile: int | None = _D.nofile
     workspace: str | None = None  # host directory copied to /workspace
     writable: list[str] | None = None  # more sandbox paths to copy from the source, writable
     workdir: str | None = None  # default cwd of execs: the image's WORKDIR, else /workspace
@@ -83,6 +98,8 @@ async def _exit_then_grace(proc: asyncio.subprocess.Process) -> None:
 
 class LocalSandbox(Sandbox):
     backend = "local"
+    limit_names = RESOURCE_KEYS
+    takes_writable = True
 
     def __init__(self, image: str, *, network: str = "none", **options: Any):
         # ``network`` is a named parameter: grading finds it there and turns it off.
@@ -91,6 +108,10 @@ class LocalSandbox(Sandbox):
             raise ValueError(
                 f"option 'network' of the local sandbox: 'none' or 'host', got {self.opts.network!r}"
             )
+        o = self.opts
+        self.limits = resolve_limits(
+            {k: getattr(o, k) for k in ("memory", "cpus", "pids", "disk", "nofile")}
+        )
         super().__init__(image, output_cap=self.opts.output_cap)
         self.host_mode = image == "host"
         self.root = pathlib.Path("/" if self.host_mode else image)
@@ -107,6 +128,7 @@ class LocalSandbox(Sandbox):
         self._holder_pid = 0
         self._pidns_fd = -1
         self._mounts: list[str] = []
+        self._limits = LocalLimits(self.limits)
 
     @property
     def sandbox_id(self) -> str:
@@ -122,7 +144,7 @@ class LocalSandbox(Sandbox):
         """Blocking: private copies and the mount arguments every exec repeats."""
         if not self.host_mode:
             check_root(self.root)
-        self._tmp = pathlib.Path(tempfile.mkdtemp(prefix="coding-agent-rl-local-"))
+        self._tmp = self._limits.prepare()
         private = private_dirs(self.opts.writable)
         self._copies = private_copies(private, self._tmp)
         self._mounts = build_view(
@@ -143,6 +165,7 @@ class LocalSandbox(Sandbox):
         try:
             self._holder = subprocess.Popen(
                 [
+                    *self._limits.prefix(),
                     "bwrap",
                     "--dev-bind",
                     "/",
@@ -204,6 +227,35 @@ class LocalSandbox(Sandbox):
             self._pidns_fd = -1
         if self._tmp is not None:
             await asyncio.to_thread(shutil.rmtree, self._tmp, True)
+        await asyncio.to_thread(self._limits.destroy)
+
+    # ---- capabilities ----------------------------------------------------------------------------
+    @classmethod
+    def network_options(cls, mode: str, adapter_host: str | None = None) -> dict[str, Any]:
+        if mode == "open":
+            return {"network": "host"}
+        if mode in ("none", "adapter-only"):  # adapter-only: none + listen()
+            return {"network": "none"}
+        raise NetworkUnsupported(f"unknown network mode {mode!r}")
+
+    @classmethod
+    def listens_inside(cls) -> bool:
+        return True
+
+    async def listen(self, port: int) -> Any:
+        self._check_open()
+        if self.opts.network == "host":
+            raise SandboxError("the local sandbox shares the host's network: nothing to listen in")
+        ns = f"/proc/{self._holder_pid}/ns/net"
+        try:
+            return await asyncio.to_thread(listen_in_netns, ns, port)
+        except OSError as e:
+            raise SandboxError(f"local sandbox: cannot listen inside: {e}") from e
+
+    async def limit_breaches(self) -> list[str]:
+        if self._state != "open":
+            return []
+        return await asyncio.to_thread(self._limits.breaches)
 
     # ---- exec ----------------------------------------------------------------------------------
     def _argv(
@@ -215,6 +267,7 @@ class LocalSandbox(Sandbox):
         if self.opts.network != "host":
             enter.append(f"--net=/proc/{h}/ns/net")
         argv = [
+            *self._limits.prefix(),
             *enter,
             "--",
             "bwrap",
@@ -244,6 +297,10 @@ class LocalSandbox(Sandbox):
                 "--clear-groups",
             ]
         else:
+            # Root keeps only what our own set-up needs (as in the Docker backend).
+            argv += ["--cap-drop", "ALL"]
+            for cap in ROOT_CAPS:
+                argv += ["--cap-add", f"CAP_{cap}"]
             argv.append("--")
         return [*argv, "bash", "-c", cmd]
 

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 
 from coding_agent_rl.sandbox.base import ImageNotFound
+from coding_agent_rl.sandbox.disk import disk_dir
 
 PRIVATE_DIRS = ("/tmp", "/root", "/home", "/workspace")
 _NEVER_SHOWN = {"proc", "dev", "sys", "run", "tmp", "root", "home", "workspace", "lost+found"}
@@ -80,7 +81,9 @@ def build_view(
     hidden = {f"/{name}" for name in _NEVER_SHOWN} | set(private)
     hidden |= {posixpath.normpath(t) for t in binds.values()}
     if host_mode:
-        hidden |= set(_HOST_HIDDEN)
+        # ... and the capped disks, which hold every local sandbox's private copies: one
+        # sandbox must not read another's workdir (a sibling rollout's solution).
+        hidden |= {*_HOST_HIDDEN, str(disk_dir())}
     mounts = _ro_binds(root, "/", hidden)
     mounts += ["--dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc", "--tmpfs", "/run"]
     mounts += ["--ro-bind-try", "/sys", "/sys"]

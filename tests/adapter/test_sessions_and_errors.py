@@ -33,16 +33,15 @@ async def test_unknown_session_is_refused_in_client_format(scripted_stack, path,
     adapter, _, url = await scripted_stack({"steps": []})
     status, _, text = await post(url + path, body, sid="nobody")
     assert status == 401
-    assert "unknown adapter session 'nobody'" in assert_error_shape(
-        path, text, "authentication_error"
-    )
+    assert "unknown adapter session" in assert_error_shape(path, text, "authentication_error")
     status, _, text = await post(url + path, body, sid=None)
     assert status == 401 and "no session id" in text
     assert (await recorded(adapter, "nobody")) == []
 
 
 async def test_session_id_resolution_order(scripted_stack):
-    """Authorization: Bearer -> x-api-key -> body metadata.session_id -> body user."""
+    """Authorization: Bearer -> x-api-key; ids in the body (metadata.session_id, user) are not
+    credentials: the session is authenticated before the body is read."""
     adapter, _, url = await scripted_stack({"steps": []})
     for sid in ("bearer", "apikey", "meta", "user"):
         adapter.sessions.open(sid)
@@ -50,12 +49,14 @@ async def test_session_id_resolution_order(scripted_stack):
     await post(f"{url}/v1/messages", ANTHROPIC, sid="bearer", headers={"x-api-key": "apikey"})
     await post(f"{url}/v1/messages", ANTHROPIC, sid=None, headers={"x-api-key": "apikey"})
     await post(f"{url}/v1/chat/completions", {**CHAT, **both}, sid="bearer")
-    await post(f"{url}/v1/chat/completions", {**CHAT, **both}, sid=None)
-    await post(f"{url}/v1/responses", {**RESPONSES, "user": "user"}, sid=None)
+    status, _, _ = await post(f"{url}/v1/chat/completions", {**CHAT, **both}, sid=None)
+    assert status == 401
+    status, _, _ = await post(f"{url}/v1/responses", {**RESPONSES, "user": "user"}, sid=None)
+    assert status == 401
     counts = {
         sid: len(await recorded(adapter, sid)) for sid in ("bearer", "apikey", "meta", "user")
     }
-    assert counts == {"bearer": 2, "apikey": 1, "meta": 1, "user": 1}
+    assert counts == {"bearer": 2, "apikey": 1, "meta": 0, "user": 0}
 
 
 async def test_auto_open_admits_unknown_sessions(scripted_stack):
@@ -170,13 +171,23 @@ async def test_unreachable_sglang_becomes_an_api_error(renderer, path, body, str
     assert (await recorded(adapter, "s1")) == []
 
 
-async def test_small_routes(scripted_stack):
-    _, _, url = await scripted_stack({"steps": []})
+async def test_small_routes_need_a_live_session(scripted_stack):
+    adapter, _, url = await scripted_stack({"steps": []})
+    adapter.sessions.open("s1")
+    key = {"Authorization": "Bearer s1"}
     async with aiohttp.ClientSession() as http:
-        async with http.head(f"{url}/") as resp:
+        async with http.head(f"{url}/", headers=key) as resp:
             assert resp.status == 200
-        async with http.get(f"{url}/v1/models") as resp:
+        async with http.get(f"{url}/v1/models", headers=key) as resp:
             assert (await resp.json())["data"][0]["id"] == "policy"
+        for path in ("/", "/health", "/v1/models"):
+            async with http.get(url + path) as resp:
+                assert resp.status == 401, path
+            async with http.get(url + path, headers={"x-api-key": "wrong"}) as resp:
+                assert resp.status == 401, path
+        adapter.sessions.close("s1")
+        async with http.get(f"{url}/v1/models", headers=key) as resp:
+            assert resp.status == 503  # closed: no longer live
 
 
 async def test_count_tokens_is_the_real_prompt_length(scripted_stack, renderer):

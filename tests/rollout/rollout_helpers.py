@@ -75,6 +75,10 @@ def solve_script(path: pathlib.Path, rows: list[TaskRow], *extra: dict[str, Any]
 
 # ---- runtimes ------------------------------------------------------------------------------------
 
+# Claude Code retries a failing API call 10 times with backoff (~150 s measured): production
+# relies on the rollout deadline there; the tests cap it so a fault shows within seconds.
+FAST_FAIL_HARNESS = {"extra_env": {"CLAUDE_CODE_MAX_RETRIES": "1"}, "extra_args": []}
+
 
 def rollout_config(tmp_path: pathlib.Path | None = None, **overrides: Any):
     """Short budgets, sandboxes labelled with :data:`RUN_ID`."""
@@ -132,6 +136,7 @@ def runner_with(rt: Any, **changes: Any) -> Any:
         "config": base.config,
         "decode": base.decode,
         "on_session_open": base.on_session_open,
+        "network": base.network,
     }
     fields.update(changes)
     return RolloutRunner(**fields)

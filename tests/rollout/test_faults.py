@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 from rollout_helpers import (
+    FAST_FAIL_HARNESS,
     RUN_ID,
     base_sample,
     check_outcome,
@@ -44,9 +45,7 @@ from coding_agent_rl.policy.scripted import ScriptedPolicy
 pytestmark = [pytest.mark.docker, pytest.mark.agents]
 log = logging.getLogger(__name__)
 
-# Claude Code retries a failing API call 10 times with backoff (~150 s measured): production
-# relies on the rollout deadline there; the tests cap it so a policy fault shows within seconds.
-HARNESS = {"extra_env": {"CLAUDE_CODE_MAX_RETRIES": "1"}, "extra_args": []}
+HARNESS = FAST_FAIL_HARNESS
 KILL_RUN, HANGUP_RUN = f"{RUN_ID}-kill", f"{RUN_ID}-hangup"
 STALL_S = 90.0
 

@@ -157,3 +157,44 @@ async def test_generate_as_slime_calls_it(slime):
         assert p.metadata["failure_kind"] == kind
         assert words in p.metadata["abort_reason"]
         assert await gen.reward(args, p) == 0.0
+
+
+async def test_generate_isolates_like_run(slime, monkeypatch):
+    """Under slime, too: the sandbox options from the environment, default limits, adapter-only
+    egress. A memory hog ends as the model's failure naming the limit; a probe of listeners on
+    every host address reaches none of them."""
+    from coding_agent_rl.sandbox.netns import host_ipv4_addresses
+
+    args, policy = slime
+    monkeypatch.setenv("CODING_AGENT_RL_SANDBOX_OPTIONS", json.dumps({"memory": "1g"}))
+    monkeypatch.delenv("CODING_AGENT_RL_AGENT_NETWORK", raising=False)
+    accepted = []
+    servers = [
+        await asyncio.start_server(lambda r, w: (accepted.append(1), w.close()), addr, 0)
+        for addr in host_ipv4_addresses()
+    ]
+    dial = "".join(
+        f"timeout 3 bash -c 'exec 3<>/dev/tcp/{h}/{p}' 2>/dev/null; "
+        for h, p in (s.sockets[0].getsockname()[:2] for s in servers)
+    )
+    raw = dataset_lines()
+    hog = {"shell": "python3 -c 'x = bytearray(2 << 30); x[::4096] = b\"x\" * len(x[::4096])'"}
+    for name, steps in (("daterange", [hog]), ("confparse", [{"shell": dial}])):
+        rule = {"match_prompt": raw[name]["prompt"].splitlines()[0], "steps": steps}
+        policy.rules.insert(0, policy._check_rule({**rule, "steps": [*steps, {"say": "ok"}]}, name))
+    try:
+        hogged, probed = await asyncio.gather(
+            gen.generate(args, slime_sample(raw["daterange"], 10), dict(SAMPLING)),
+            gen.generate(args, slime_sample(raw["confparse"], 11), dict(SAMPLING)),
+        )
+    finally:
+        for s in servers:
+            s.close()
+    runner = gen._runtime.runner
+    assert runner.network.mode == "adapter-only" and runner.config.sandbox_options == {
+        "memory": "1g"
+    }
+    (h,) = {s.metadata["limit_breach"] for s in hogged}
+    assert h.startswith("memory limit 1 GiB exceeded")
+    assert all(s.metadata["failure_kind"] == "model" and not s.remove_sample for s in hogged)
+    assert accepted == [] and all(s.metadata["failure_kind"] == "model" for s in probed)

@@ -230,10 +230,22 @@ class StandInAsyncSandbox:
         timeout: int | None = None,
         metadata: dict[str, str] | None = None,
         envs: dict[str, str] | None = None,
+        secure: bool | None = None,
+        allow_internet_access: bool | None = None,
+        network: dict[str, Any] | None = None,
         **opts: Any,
     ) -> StandInAsyncSandbox:
+        # The SDK's network switches are recorded, not enforced (a local process sandbox).
+        net = {"allow_internet_access": allow_internet_access, "network": network}
         cls.created.append(
-            {"template": template, "timeout": timeout, "metadata": metadata, "envs": envs, **opts}
+            {
+                "template": template,
+                "timeout": timeout,
+                "metadata": metadata,
+                "envs": envs,
+                **{k: v for k, v in net.items() if v is not None},
+                **opts,
+            }
         )
         template = template or "base"
         if template not in KNOWN_TEMPLATES:

@@ -37,7 +37,7 @@ async def test_labels_limits_and_options_reach_the_container() -> None:
         run_id=rid,
         cpus=0.5,
         memory="256m",
-        pids_limit=64,
+        pids=64,
         network="none",
         workdir="/srv",
         env={"FROM_OPTION": "yes"},

@@ -1,0 +1,128 @@
+"""Docker exec, blocking (run on the engine's thread pool): stream one command's output into
+capped buffers, notice its exit, and kill everything it started (see :mod:`reaper`)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import docker.errors
+
+from coding_agent_rl.sandbox import docker_engine as engine
+from coding_agent_rl.sandbox.base import SandboxGone
+from coding_agent_rl.sandbox.capture import CappedBuffer
+from coding_agent_rl.sandbox.reaper import kill_argv
+
+
+class ExecRun:
+    """What the reader thread shares with the awaiting coroutine."""
+
+    def __init__(self, cap: int):
+        self.out = CappedBuffer(cap)
+        self.err = CappedBuffer(cap)
+        self.started = False  # the engine accepted exec_start: the command may be running
+        self.finished = threading.Event()
+        self._stream: Any = None
+        self._cancelled = False
+        self._lock = threading.Lock()
+
+    def attach(self, stream: Any) -> None:
+        with self._lock:
+            self._stream = stream
+            cancelled = self._cancelled
+        if cancelled:
+            stream.close()
+
+    def cancel(self) -> None:
+        """Stop reading (closes the connection, which unblocks the reader thread)."""
+        with self._lock:
+            self._cancelled = True
+            stream = self._stream
+        if stream is not None:
+            stream.close()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+
+def run_exec(
+    cid: str,
+    name: str,
+    argv: list[str],
+    user: str,
+    env: dict[str, str] | None,
+    cwd: str | None,
+    run: ExecRun,
+) -> int:
+    """Blocking: create, stream and inspect one exec in container ``cid`` (``name``: its short
+    id, for messages); returns its exit code."""
+    api = engine.client().api
+    try:
+        try:
+            created = api.exec_create(
+                cid,
+                argv,
+                stdout=True,
+                stderr=True,
+                user=user,
+                environment=env,
+                workdir=cwd,
+            )
+        except docker.errors.APIError as e:
+            if e.status_code in (404, 409):  # no such container / not running
+                raise SandboxGone(f"docker sandbox {name} is gone: {e}") from e
+            raise
+        run.started = True  # from here on the command may be running
+        stream = api.exec_start(created["Id"], stream=True, demux=True)
+        run.attach(stream)
+        for out, err in stream:
+            if out:
+                run.out.append(out)
+            if err:
+                run.err.append(err)
+        polls = 0
+        while True:
+            info = api.exec_inspect(created["Id"])
+            # The stream ends when the command closes its stdout/stderr, which can precede
+            # its exit by a little.
+            if not info["Running"] or run.cancelled:
+                break
+            polls += 1
+            if polls % 100 == 0 and not container_running(cid, api):
+                # An exec of a dead container can stay "running" forever (e.g. gVisor's kernel
+                # OOM-killed): the sandbox is gone, not the command slow.
+                raise SandboxGone(f"docker sandbox {name} died while a command ran")
+            time.sleep(0.01)
+        code = info["ExitCode"] if info["ExitCode"] is not None else -1
+        if code == 126 and not info.get("Pid"):
+            # The engine could not start it (no such user or cwd). Engine 20.10 writes why on
+            # the stdout stream, or sometimes nothing; either way it belongs on stderr.
+            why = run.out.raw().decode(errors="replace").strip()
+            run.out = CappedBuffer(run.out.cap)
+            run.err.append(
+                f"docker could not start the command (user {user!r}, cwd "
+                f"{cwd or '(default)'!r}): {why or 'does that user exist?'}\n"
+            )
+        return code
+    finally:
+        run.finished.set()
+
+
+def container_running(cid: str, api: Any = None) -> bool:
+    api = api or engine.client().api
+    try:
+        return bool(api.inspect_container(cid)["State"]["Running"])
+    except docker.errors.NotFound:
+        return False
+
+
+def reap(cid: str, name: str, token: str, run: ExecRun) -> None:
+    """Blocking: kill the exec tagged ``token`` and everything in its session; stop reading."""
+    try:
+        run_exec(cid, name, kill_argv(token), "root", None, "/", ExecRun(64 * 1024))
+    except Exception:
+        pass  # the container may be gone, which kills everything anyway
+    if not run.finished.wait(5):  # an escaped daemon may still hold the output pipes
+        run.cancel()
