@@ -311,7 +311,7 @@ class RolloutRunner:
                 ahead.start()
             with timings.phase("agent_s"):
                 prompt = render_prompt(row.problem_statement, row.workdir, cfg.prompt_template)
-                agent, breach = await self._run_watched(sb, ctx, prompt)
+                agent, breach = await self._run_agent(sb, ctx, prompt, sid)
             if breach is not None:  # the agent's own doing: the rollout ends here
                 event("limit", sid, breach=breach)
                 record.update(failure_kind="model", fail_reason=breach, limit_breach=breach)
