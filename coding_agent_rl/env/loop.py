@@ -3,7 +3,9 @@
 Encode the prompt once; each turn generate with SGLang on ``input_ids`` (token ids in, token ids
 and logprobs out), append the sampled tokens with loss mask 1, step the environment with the
 decoded text, stop if it is done, else append the observation's delta tokens (``encoding.py``)
-with loss mask 0 and logprob 0.
+with loss mask 0 and logprob 0. Images (an observation's ``multi_modal_data``) add their expanded
+image tokens to the delta; every image so far goes to SGLang as ``image_data`` with each generate,
+and each turn's processor tensors are buffered for one merge when the sample is built.
 
 Termination (``Episode.end``):
 
@@ -51,7 +53,9 @@ class Engine(Protocol):
 
     async def generate(
         self, input_ids: list[int], sampling_params: dict[str, Any], *, routing_key: str
-    ) -> Any: ...
+    ) -> Any:
+        """Called with ``image_data=[...]`` too (every image in ``input_ids``, in order) once
+        the episode holds images."""
 
 
 class _Stop(Exception):
@@ -158,7 +162,7 @@ class _Loop:
             if isinstance(prompt, str):
                 encoded = self.encoder.prompt_text(prompt)
             elif isinstance(prompt, list):
-                encoded = self.encoder.prompt(prompt, self.tools)
+                encoded = self.encoder.prompt(prompt, self.tools, images_used=0)
             else:
                 raise ObservationError(f"no prompt: the sample's prompt is {type(prompt).__name__}")
         except ObservationError as e:
@@ -176,6 +180,8 @@ class _Loop:
             )
 
     def _add_media(self, encoded: Encoded) -> None:
+        """Images accumulate for SGLang; this turn's tensors are buffered (merged once at the
+        end, ``sample.py``)."""
         self.ep.image_data.extend(encoded.image_data)
         if encoded.multimodal_train_inputs:
             self.ep.multimodal_train_chunks.append(encoded.multimodal_train_inputs)
@@ -207,7 +213,10 @@ class _Loop:
         params = self.params(room)
         t_gen = time.perf_counter()
         try:
-            gen = await self.engine.generate(self.tokens, params, routing_key=self.routing_key)
+            media = {"image_data": list(self.ep.image_data)} if self.ep.image_data else {}
+            gen = await self.engine.generate(
+                self.tokens, params, routing_key=self.routing_key, **media
+            )
         except UpstreamError as e:
             raise _Stop("policy_error", ABORTED, f"policy server: {e}", "infra") from e
         record.generate_s = time.perf_counter() - t_gen
@@ -242,7 +251,9 @@ class _Loop:
             record.observation = preview(str(observation["obs_str"]), self.config.preview_chars)
         try:
             message = self.env.format_observation(observation)
-            encoded = self.encoder.observation(self.tokens, finish, message, self.tools)
+            encoded = self.encoder.observation(
+                self.tokens, finish, message, self.tools, images_used=len(self.ep.image_data)
+            )
         except ObservationError as e:
             raise _Stop("bad_observation", ABORTED, f"observation: {e}", "infra") from e
         room, budget = self.room()

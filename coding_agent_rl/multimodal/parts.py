@@ -1,0 +1,152 @@
+"""Image parts of chat messages, made ready for a chat template.
+
+Messages may carry images as content parts in any of the shapes our callers produce: slime's
+``{"type": "image", "image": X}`` (X: anything :func:`~.images.load_image` takes, or an
+:class:`~.images.ImageRef`), OpenAI's ``{"type": "image_url", "image_url": {"url": ...}}``,
+Responses' ``{"type": "input_image", "image_url": ...}``, and Anthropic's
+``{"type": "image", "source": {"type": "base64", "media_type", "data"}}``.
+
+:func:`prepare` walks the messages in order and, through one :class:`~.images.ImageGate`, turns
+each image part into
+
+* for a VLM: ``{"type": "image"}`` (the template writes its placeholder) and an
+  :class:`~.images.ImageRef` in the returned list, in prompt order; text parts are
+  :func:`~.processor.defuse`\\ d;
+* for a text-only policy (``ImageSettings.text_only``): ``"placeholder"`` (default) puts
+  ``ImageSettings.placeholder`` in its place, naming the image; ``"refuse"`` raises
+  :class:`ImagesRefused` (the caller fails the request or the episode, saying why);
+* an image that cannot be shown (undecodable, too large, over a count): the text
+  ``[image not shown: <why>]`` — the model reads why, nothing crashes.
+
+Never silently dropped. For a text-only policy a list content becomes one string (texts joined
+with newlines), as before images were supported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from coding_agent_rl.multimodal.images import (
+    ImageError,
+    ImageGate,
+    ImageLimits,
+    ImageRef,
+    from_base64,
+    from_data_url,
+    load_image,
+)
+from coding_agent_rl.multimodal.processor import defuse
+
+IMAGE_TYPES = ("image", "image_url", "input_image")
+TEXT_ONLY = ("placeholder", "refuse")
+DEFAULT_PLACEHOLDER = "[image: {desc} - not shown, this model reads text only]"
+NOT_SHOWN = "[image not shown: {reason}]"
+
+
+class ImagesRefused(ValueError):
+    """Images reached a text-only policy whose setting is ``text_only="refuse"``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageSettings:
+    """How images reach the policy (one object per adapter / native encoder)."""
+
+    limits: ImageLimits = dataclasses.field(default_factory=ImageLimits)
+    text_only: str = "placeholder"
+    """For a policy without an image processor: ``placeholder`` or ``refuse``."""
+    placeholder: str = DEFAULT_PLACEHOLDER
+    """Text put where an image was for a text-only policy; ``{desc}``: type, size, bytes."""
+
+    def __post_init__(self) -> None:
+        if self.text_only not in TEXT_ONLY:
+            raise ValueError(f"text_only must be one of {', '.join(TEXT_ONLY)}")
+
+
+def is_image_part(part: Any) -> bool:
+    return isinstance(part, dict) and part.get("type") in IMAGE_TYPES
+
+
+def has_images(messages: list[dict[str, Any]]) -> bool:
+    return any(
+        isinstance(m.get("content"), list) and any(is_image_part(p) for p in m["content"])
+        for m in messages
+    )
+
+
+def decode_part(part: dict[str, Any], limits: ImageLimits, where: str) -> ImageRef:
+    """The image of one part (``ImageError`` when it cannot be shown)."""
+    if isinstance(part.get("image"), ImageRef):
+        return part["image"]
+    source = part.get("source")
+    if isinstance(source, dict):  # Anthropic
+        if source.get("type") == "base64":
+            return from_base64(source.get("data"), limits, where)
+        if source.get("type") == "url":
+            return from_data_url(source.get("url"), limits, where)
+        raise ImageError(f"{where}: unsupported image source type {source.get('type')!r}")
+    url = part.get("image_url")
+    if isinstance(url, dict):
+        url = url.get("url")
+    if url is not None:
+        return from_data_url(url, limits, where)
+    if part.get("image") is not None:
+        return load_image(part["image"], limits, where)
+    raise ImageError(f"{where}: the image part has no image")
+
+
+Decoder = Callable[[dict[str, Any], ImageLimits, str], ImageRef]
+
+
+def prepare(
+    messages: list[dict[str, Any]],
+    settings: ImageSettings,
+    gate: ImageGate,
+    *,
+    vision: bool,
+    decode: Decoder = decode_part,
+) -> tuple[list[dict[str, Any]], list[ImageRef]]:
+    """Messages for the chat template and the images they show, in order (see module doc)."""
+    out: list[dict[str, Any]] = []
+    images: list[ImageRef] = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, str):
+            out.append({**m, "content": defuse(content)} if vision else m)
+            continue
+        if not isinstance(content, list):
+            out.append(m)
+            continue
+        parts: list[dict[str, Any]] = []
+        for part in content:
+            if not is_image_part(part):
+                if isinstance(part, dict) and isinstance(part.get("text"), str) and vision:
+                    part = {**part, "text": defuse(part["text"])}
+                parts.append(part if isinstance(part, dict) else {"type": "text", "text": part})
+                continue
+            try:
+                item: ImageRef | ImageError = decode(part, settings.limits, "image")
+            except ImageError as e:
+                item = e
+            item = gate.admit(item)
+            if isinstance(item, ImageError):
+                parts.append({"type": "text", "text": NOT_SHOWN.format(reason=item)})
+            elif vision:
+                parts.append({"type": "image"})
+                images.append(item)
+            elif settings.text_only == "refuse":
+                raise ImagesRefused(
+                    f"an image ({item.describe()}) reached a text-only policy "
+                    "(image setting text_only=refuse)"
+                )
+            else:
+                parts.append(
+                    {"type": "text", "text": settings.placeholder.format(desc=item.describe())}
+                )
+        if vision:
+            out.append({**m, "content": parts})
+        else:
+            texts = [str(p.get("text") or "") for p in parts]
+            out.append({**m, "content": "\n".join(t for t in texts if t)})
+    return out, images
