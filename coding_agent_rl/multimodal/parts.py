@@ -150,3 +150,35 @@ def prepare(
             texts = [str(p.get("text") or "") for p in parts]
             out.append({**m, "content": "\n".join(t for t in texts if t)})
     return out, images
+
+
+def image_identity(part: dict[str, Any]) -> str:
+    """A short identity of an image part's payload (equal for the same image sent again)."""
+    import hashlib
+    import json
+
+    ref = part.get("image")
+    if isinstance(ref, ImageRef):
+        return ref.sha256[:32]
+    payload = {k: v for k, v in part.items() if k not in ("type", "cache_control")}
+    raw = json.dumps(payload, sort_keys=True, default=repr).encode()
+    return hashlib.blake2b(raw, digest_size=16).hexdigest()
+
+
+def content_key(content: Any) -> Any:
+    """Message content for identity: the stripped text, or, when it shows images, the list of
+    its text pieces and image identities in order."""
+    if not isinstance(content, list):
+        return (content or "").strip() if isinstance(content, str) else content
+    if not any(is_image_part(p) for p in content):
+        texts = [p.get("text", "") if isinstance(p, dict) else str(p) for p in content]
+        return "\n".join(t for t in texts if t).strip()
+    out: list[str] = []
+    for p in content:
+        if is_image_part(p):
+            out.append("image:" + image_identity(p))
+        elif isinstance(p, dict) and isinstance(p.get("text"), str):
+            out.append(p["text"].strip())
+        elif isinstance(p, str):
+            out.append(p.strip())
+    return out

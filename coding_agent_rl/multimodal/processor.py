@@ -122,10 +122,10 @@ class VisionProcessor:
         out.extend(ids[prev:])
         return out
 
-    def runs(self, ids: list[int]) -> list[int]:
-        """Lengths of the image-token runs ``<|vision_start|><|image_pad|>+<|vision_end|>`` in
-        ``ids`` (what SGLang pairs with ``image_data``); ``ValueError`` for a stray pad."""
-        runs: list[int] = []
+    def spans(self, ids: list[int]) -> list[tuple[int, int]]:
+        """``(start, end)`` of each image-token run ``<|vision_start|><|image_pad|>+<|vision_end|>``
+        in ``ids`` (the pads are ``ids[start:end]``); ``ValueError`` for a stray pad."""
+        spans: list[tuple[int, int]] = []
         i, n = 0, len(ids)
         while i < n:
             if ids[i] == self.pad_id:
@@ -136,8 +136,12 @@ class VisionProcessor:
                     j += 1
                 if j >= n or ids[j] != self.end_id:
                     raise ValueError(f"image token run at {i + 1} is not closed by vision_end")
-                runs.append(j - i - 1)
+                spans.append((i + 1, j))
                 i = j + 1
                 continue
             i += 1
-        return runs
+        return spans
+
+    def runs(self, ids: list[int]) -> list[int]:
+        """Lengths of the image-token runs in ``ids`` (what SGLang pairs with ``image_data``)."""
+        return [end - start for start, end in self.spans(ids)]
