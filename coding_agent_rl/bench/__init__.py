@@ -28,6 +28,7 @@ BENCHMARKS = {
     "adapter": "incremental vs full prompt rendering on a long agent session",
     "rollout": "end-to-end rollouts on the bundled tasks",
     "native": "the native loop: per-turn overhead at 32k context, rollouts/min vs Claude Code",
+    "multimodal": "per-turn image tensors merged once vs concatenated every turn",
 }
 
 
