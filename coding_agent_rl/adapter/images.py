@@ -101,7 +101,12 @@ class ImagePath:
         gate = ImageGate(limits, used, per_turn=limits.max_per_sample if full else None)
         try:
             prepared, refs = prepare(
-                messages, self.settings, gate, vision=self.vision is not None, decode=self._decode
+                messages,
+                self.settings,
+                gate,
+                vision=self.vision is not None,
+                decode=self._decode,
+                check=getattr(self.vision, "check", None),
             )
         except ImagesRefused as e:
             raise BadRequest(str(e)) from e

@@ -92,7 +92,13 @@ class ChatEncoder:
         limits = self.images.limits
         gate = ImageGate(limits, used, per_turn=limits.max_per_sample if full else None)
         try:
-            messages, refs = prepare(messages, self.images, gate, vision=self.vision is not None)
+            messages, refs = prepare(
+                messages,
+                self.images,
+                gate,
+                vision=self.vision is not None,
+                check=getattr(self.vision, "check", None),
+            )
         except ImagesRefused as e:
             raise ObservationError(str(e)) from e
         ids = render(messages)

@@ -23,6 +23,7 @@ import hashlib
 import io
 import os
 import pathlib
+import warnings
 from typing import Any
 
 MIB = 1024 * 1024
@@ -81,9 +82,15 @@ def _decode(raw: bytes, limits: ImageLimits, where: str) -> ImageRef:
     if not raw:
         raise ImageError(f"{where}: empty image data")
     try:
-        image = Image.open(io.BytesIO(raw))  # reads the header only
+        with warnings.catch_warnings():  # our own pixel bound (below PIL's) applies instead
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            image = Image.open(io.BytesIO(raw))  # reads the header only
         width, height = image.size
         fmt = image.format or ""
+    except Image.DecompressionBombError as e:  # PIL's own header check, far over ours
+        raise ImageError(
+            f"{where}: declares more pixels than the limit of {limits.max_pixels} ({e})"
+        ) from e
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
         raise ImageError(f"{where}: not a decodable image ({type(e).__name__})") from e
     if fmt not in FORMATS:
@@ -97,8 +104,10 @@ def _decode(raw: bytes, limits: ImageLimits, where: str) -> ImageRef:
     if max(width, height) > MAX_ASPECT * min(width, height):
         raise ImageError(f"{where}: aspect ratio {width}x{height} is over {MAX_ASPECT}:1")
     try:
-        image.load()
-        pixels = image.convert("RGB")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            image.load()
+            pixels = image.convert("RGB")
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
         raise ImageError(f"{where}: the image data is corrupt ({type(e).__name__})") from e
     digest = hashlib.sha256(raw).hexdigest()

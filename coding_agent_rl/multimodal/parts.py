@@ -106,8 +106,10 @@ def prepare(
     *,
     vision: bool,
     decode: Decoder = decode_part,
+    check: Callable[[ImageRef], None] | None = None,
 ) -> tuple[list[dict[str, Any]], list[ImageRef]]:
-    """Messages for the chat template and the images they show, in order (see module doc)."""
+    """Messages for the chat template and the images they show, in order (see module doc).
+    ``check``: the VLM processor's own test of an image (raises :class:`ImageError`)."""
     out: list[dict[str, Any]] = []
     images: list[ImageRef] = []
     for m in messages:
@@ -127,6 +129,8 @@ def prepare(
                 continue
             try:
                 item: ImageRef | ImageError = decode(part, settings.limits, "image")
+                if vision and check is not None:
+                    check(item)
             except ImageError as e:
                 item = e
             item = gate.admit(item)

@@ -79,6 +79,18 @@ class VisionProcessor:
             tokenizer = load_tokenizer(str(path))
         return cls(AutoImageProcessor.from_pretrained(str(path)), tokenizer)
 
+    def check(self, ref: ImageRef) -> None:
+        """Raise :class:`ImageError` for an image this processor cannot take (its resize rule)."""
+        from coding_agent_rl.multimodal.images import ImageError
+
+        count = getattr(self.image_processor, "get_number_of_image_patches", None)
+        if count is None:
+            return
+        try:
+            count(ref.height, ref.width, {})
+        except Exception as e:  # the processor's own refusal (e.g. an extreme aspect ratio)
+            raise ImageError(f"image: the image processor refuses it ({e})") from e
+
     def process(self, images: list[ImageRef]) -> list[ImageItem]:
         """One processor call for ``images``; the result split per image (row views, no copy)."""
         if not images:

@@ -150,3 +150,39 @@ def test_tiny_vlm_drives_the_multimodal_task_natively_and_verify_agrees(
     assert code == 0 and report["ok"] is True and report["max_abs"] < 1e-3, report
     assert report["trained"] == sum(sample.loss_mask) > 0
     assert containers() == []
+
+
+async def test_native_coding_env_shows_problem_images_and_viewed_image_files(
+    chart_row, tiny_vlm_dir, vision, tmp_path
+):
+    """The coding environment (native loop, scripted policy, a VLM-engine stand-in): the task's
+    ``problem_images`` come with the task; ``file_editor view`` of a PNG answers with the image;
+    both are in the sample (tokens, image_data, tensors) and the fix is graded solved."""
+    from rollout_helpers import base_sample, rollout_config
+
+    steps = [
+        {"tool": {"name": "file_editor", "arguments": {"command": "view", "path": "docs/legend.png"}}},
+        *({"shell": c} for c in patch_commands(chart_row.patch, chart_row.workdir)),
+        {"tool": {"name": "submit", "arguments": {}}},
+    ]  # fmt: skip
+    spec = write_script(tmp_path / "view_png.json", [{"match_prompt": "design legend", "steps": steps}])  # fmt: skip
+    async with runtime(
+        policy=spec,
+        agent="native",
+        rollout=rollout_config(tmp_path / "out"),
+        vision=str(tiny_vlm_dir),
+    ) as rt:
+        outcome = await rt.runner.run(chart_row, base_sample(chart_row, 0))
+        requests = list(rt.policy_server.requests)
+    record, (sample,) = outcome.record, outcome.samples
+    assert record["failure_kind"] is None and record["reward"] == 1.0, record
+    legend = LEGEND.read_bytes()
+    assert [decoded(u) for u in sample.multimodal_inputs["images"]] == [legend, legend]
+    assert [len(r["image_data"]) for r in requests] == [1, 2] + [2] * (len(requests) - 2)
+    (item,) = vision.process_bytes([legend])
+    assert vision.runs(sample.tokens) == [item.tokens, item.tokens]
+    assert torch.equal(
+        sample.multimodal_train_inputs["pixel_values"], torch.cat([item.train["pixel_values"]] * 2)
+    )
+    assert "Image /testbed/docs/legend.png (1097 bytes):" in sample.response
+    assert containers() == []
