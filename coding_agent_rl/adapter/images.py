@@ -23,14 +23,14 @@ from collections.abc import Callable
 from typing import Any
 
 from coding_agent_rl.adapter.errors import BadRequest
-from coding_agent_rl.multimodal.images import ImageGate, ImageLimits, ImageRef
+from coding_agent_rl.multimodal.images import ImageLimits, ImageRef
 from coding_agent_rl.multimodal.parts import (
     ImageSettings,
     ImagesRefused,
     decode_part,
     image_identity,
     is_image_part,
-    prepare,
+    render_with_images,
 )
 
 __all__ = ["ImagePath", "append_text", "content", "is_image_part", "prefix_text"]
@@ -97,24 +97,18 @@ class ImagePath:
     ) -> tuple[list[int], list[ImageItem]]:
         """Tokens for ``messages`` (``render`` applies the template to the prepared messages)
         and their new images; ``used``: images already in the stored tokens."""
-        limits = self.settings.limits
-        gate = ImageGate(limits, used, per_turn=limits.max_per_sample if full else None)
         try:
-            prepared, refs = prepare(
+            return render_with_images(
                 messages,
                 self.settings,
-                gate,
-                vision=self.vision is not None,
+                self.vision,
+                render,
+                used=used,
+                full=full,
                 decode=self._decode,
-                check=getattr(self.vision, "check", None),
             )
         except ImagesRefused as e:
             raise BadRequest(str(e)) from e
-        ids = render(prepared)
-        if self.vision is None:
-            return ids, []
-        items = self.vision.process(refs)
-        return self.vision.expand(ids, items), items
 
     def ends(self, ids: list[int]) -> list[int]:
         """Where each image's token run ends in ``ids`` (exclusive), for trimming samples."""

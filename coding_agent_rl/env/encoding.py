@@ -28,8 +28,7 @@ from typing import Any
 
 from coding_agent_rl.adapter.render import Renderer
 from coding_agent_rl.multimodal.buffer import merge_chunks
-from coding_agent_rl.multimodal.images import ImageGate
-from coding_agent_rl.multimodal.parts import ImageSettings, ImagesRefused, prepare
+from coding_agent_rl.multimodal.parts import ImageSettings, render_with_images
 
 
 class ObservationError(ValueError):
@@ -89,31 +88,19 @@ class ChatEncoder:
     def _encode(
         self, messages: list[dict[str, Any]], used: int, full: bool, render: Any
     ) -> Encoded:
-        limits = self.images.limits
-        gate = ImageGate(limits, used, per_turn=limits.max_per_sample if full else None)
         try:
-            messages, refs = prepare(
-                messages,
-                self.images,
-                gate,
-                vision=self.vision is not None,
-                check=getattr(self.vision, "check", None),
+            ids, items = render_with_images(
+                messages, self.images, self.vision, render, used=used, full=full
             )
-        except ImagesRefused as e:
+        except ValueError as e:  # ImagesRefused, or placeholders that do not pair up
             raise ObservationError(str(e)) from e
-        ids = render(messages)
-        if self.vision is None:
+        if not items:
             return Encoded(ids)
-        items = self.vision.process(refs)
-        try:
-            ids = self.vision.expand(ids, items)
-        except ValueError as e:
-            raise ObservationError(str(e)) from e
         urls = [item.ref.data_url for item in items]
         return Encoded(
             ids,
             image_data=urls,
-            multimodal_inputs={"images": urls} if urls else None,
+            multimodal_inputs={"images": urls},
             multimodal_train_inputs=merge_chunks([item.train for item in items]),
         )
 

@@ -186,3 +186,33 @@ def content_key(content: Any) -> Any:
         elif isinstance(p, str):
             out.append(p.strip())
     return out
+
+
+def render_with_images(
+    messages: list[dict[str, Any]],
+    settings: ImageSettings,
+    vision: Any,
+    render: Callable[[list[dict[str, Any]]], list[int]],
+    *,
+    used: int = 0,
+    full: bool = False,
+    decode: Decoder = decode_part,
+) -> tuple[list[int], list[Any]]:
+    """Token ids of ``messages`` and the images they add, in order (``vision``: a
+    ``VisionProcessor`` or None for a text-only policy; ``render``: the chat template on the
+    prepared messages, a full render or a delta). Each image's placeholder is expanded to its
+    token count; ``used`` images are already in the stored tokens (the per-sample bound counts
+    them); ``full``: a whole conversation (the per-turn bound does not apply). Raises
+    :class:`ImagesRefused` (text-only policy, ``refuse``) and ``ValueError`` when the rendered
+    placeholders do not pair up with the images (a template that drops image parts)."""
+    limits = settings.limits
+    gate = ImageGate(limits, used, per_turn=limits.max_per_sample if full else None)
+    check = getattr(vision, "check", None)
+    prepared, refs = prepare(
+        messages, settings, gate, vision=vision is not None, decode=decode, check=check
+    )
+    ids = render(prepared)
+    if vision is None:
+        return ids, []
+    items = vision.process(refs)
+    return vision.expand(ids, items), items
