@@ -40,6 +40,11 @@ def defuse(text: str) -> str:
     return text
 
 
+def has_image_processor(path: str | pathlib.Path | None) -> bool:
+    """Whether ``path`` is a checkpoint directory with an image processor (a VLM's)."""
+    return bool(path) and (pathlib.Path(str(path)) / "preprocessor_config.json").is_file()
+
+
 @dataclasses.dataclass
 class ImageItem:
     """One image in a prompt: the decoded image, its processor tensors, its token count."""
