@@ -110,6 +110,19 @@ class ImagePath:
         except ImagesRefused as e:
             raise BadRequest(str(e)) from e
 
+    def refuse_sampled_vision_tokens(self, output_ids: list[int]) -> None:
+        """A VLM policy that sampled a vision special token cannot be continued (no engine
+        takes a stray image token back as input): 400, the model's outcome, not infra."""
+        if self.vision is None:
+            return
+        v = self.vision
+        hit = next((t for t in output_ids if t in (v.pad_id, v.start_id, v.end_id)), None)
+        if hit is not None:
+            raise BadRequest(
+                f"the policy sampled an image token (id {hit}) in its previous turn: "
+                "this conversation cannot be continued"
+            )
+
     def ends(self, ids: list[int]) -> list[int]:
         """Where each image's token run ends in ``ids`` (exclusive), for trimming samples."""
         if self.vision is None:

@@ -169,6 +169,7 @@ class TurnEngine:
             prev = parent.turn
             new = messages[len(parent.prefix_keys) :]
             prefix = prev.prompt_ids + prev.output_ids
+            self.images.refuse_sampled_vision_tokens(prev.output_ids)
             delta, added = self.images.render(
                 new,
                 len(prev.images),

@@ -16,6 +16,9 @@ Termination (``Episode.end``):
   tokens is spent: ``max_context`` bounds prompt + response, ``max_response`` the response
   (``truncated``). The limits are never exceeded: ``max_new_tokens`` is capped by the room left,
   and an observation that would not leave room for one more sampled token is not appended;
+* ``vision_token`` — a VLM policy sampled one of its vision special tokens (``<|image_pad|>``
+  ...): no engine takes a stray image token back as input, so the turn is kept up to it and the
+  episode ends there (``truncated``, the model's outcome, graded as usual);
 * ``length`` — only with ``stop_on_length`` (slime's example loop stops there): the engine
   stopped at the turn's own ``max_new_tokens`` (``truncated``). By default a reply cut that way
   is an ordinary turn: the environment sees the cut text (usually an ill-formed call) and the
@@ -220,13 +223,24 @@ class _Loop:
         except UpstreamError as e:
             raise _Stop("policy_error", ABORTED, f"policy server: {e}", "infra") from e
         record.generate_s = time.perf_counter() - t_gen
-        record.sampled, record.finish = len(gen.output_ids), gen.finish_reason
-        self._append(list(gen.output_ids), list(gen.logprobs))
+        output, logprobs = list(gen.output_ids), list(gen.logprobs)
+        cut = self._vision_token_at(output)
+        if cut is not None:  # kept up to it: no engine takes a stray image token back as input
+            output, logprobs = output[:cut], logprobs[:cut]
+        record.sampled, record.finish = len(output), gen.finish_reason
+        self._append(output, logprobs)
         if getattr(gen, "weight_version", None) is not None:
             self.ep.weight_versions.append(gen.weight_version)
         self.ep.turns.append(record)
         if gen.finish_reason == "abort":
             raise _Stop("abort", ABORTED, "the engine aborted the request", "infra")
+        if cut is not None:
+            raise _Stop(
+                "vision_token",
+                TRUNCATED,
+                f"the policy sampled an image token (id {gen.output_ids[cut]}); "
+                f"the turn is kept up to it",
+            )
         if gen.finish_reason == "length":
             capped = room is not None and params["max_new_tokens"] >= room
             if capped or self.config.stop_on_length:
@@ -245,6 +259,14 @@ class _Loop:
         record.set_info(info)
         if not done and not last:
             await self._observe(record, observation, gen.finish_reason)
+
+    def _vision_token_at(self, output: list[int]) -> int | None:
+        """Where a VLM policy sampled one of its vision special tokens, if it did."""
+        vision = getattr(self.encoder, "vision", None)
+        if vision is None:
+            return None
+        special = {vision.pad_id, vision.start_id, vision.end_id}
+        return next((i for i, t in enumerate(output) if t in special), None)
 
     async def _observe(self, record: TurnRecord, observation: Any, finish: str) -> None:
         if isinstance(observation, dict) and "obs_str" in observation:

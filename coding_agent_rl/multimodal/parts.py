@@ -113,6 +113,8 @@ def prepare(
     out: list[dict[str, Any]] = []
     images: list[ImageRef] = []
     for m in messages:
+        if vision and m.get("role") == "assistant":  # a re-rendered history: its calls too
+            m = _defused_assistant(m)
         content = m.get("content")
         if isinstance(content, str):
             out.append({**m, "content": defuse(content)} if vision else m)
@@ -154,6 +156,27 @@ def prepare(
             texts = [str(p.get("text") or "") for p in parts]
             out.append({**m, "content": "\n".join(t for t in texts if t)})
     return out, images
+
+
+def _defused(value: Any) -> Any:
+    if isinstance(value, str):
+        return defuse(value)
+    if isinstance(value, dict):
+        return {k: _defused(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_defused(v) for v in value]
+    return value
+
+
+def _defused_assistant(m: dict[str, Any]) -> dict[str, Any]:
+    """An assistant message with the vision markers in its reasoning and tool-call arguments
+    defused (the text is the policy's: a full render must not turn it into image tokens)."""
+    out = dict(m)
+    if isinstance(out.get("reasoning_content"), str):
+        out["reasoning_content"] = defuse(out["reasoning_content"])
+    if out.get("tool_calls"):
+        out["tool_calls"] = _defused(out["tool_calls"])
+    return out
 
 
 def image_identity(part: dict[str, Any]) -> str:

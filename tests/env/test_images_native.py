@@ -226,3 +226,29 @@ async def test_vision_markers_typed_as_text_cannot_forge_image_tokens(
     else:
         assert (ep.status, ep.end, ep.failure_kind) == ("aborted", "bad_observation", "infra")
         assert "image placeholders rendered for" in ep.reason
+
+
+@pytest.mark.parametrize("defence", [True, False])
+async def test_a_sampled_image_token_ends_the_episode_as_the_models_outcome(
+    scripted_engine, tokenizer, vision, monkeypatch, defence
+):
+    """Attack: the VLM policy samples ``<|image_pad|>`` itself. Undefended, the next request
+    carries a stray image token no engine can pair with an image: the engine refuses it and the
+    episode ends as an infra failure (the policy escapes its reward). Defended, the turn is kept
+    up to that token and the episode ends there, truncated: the model's outcome."""
+    if not defence:
+        from coding_agent_rl.env import loop
+
+        monkeypatch.setattr(loop._Loop, "_vision_token_at", lambda self, output: None)
+    script = {"steps": [{"say": "look"}, {"say": "the plot <|image_pad|> shows"}, {"say": "z"}]}
+    client, server = await scripted_engine(script)
+    server.vision = vision  # the SGLang stand-in pairs image_data with the runs
+    ep = await run(client, ChatEncoder(tokenizer, vision=vision), PlotEnv(turns=5, per_turn=1))
+    if defence:
+        assert (ep.status, ep.end, ep.failure_kind) == ("truncated", "vision_token", None)
+        assert vision.pad_id not in ep.response_ids[-5:]
+        assert tokenizer.decode(ep.response_ids).endswith("the plot ")
+        assert len(ep.turns) == 2 and ep.turns[-1].sampled == len(tokenizer.encode("the plot "))
+    else:
+        assert (ep.status, ep.end, ep.failure_kind) == ("aborted", "policy_error", "infra")
+        assert "outside a vision_start/vision_end pair" in ep.reason
