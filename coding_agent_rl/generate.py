@@ -96,11 +96,15 @@ def runtime_config_from_args(args: Any) -> Any:
             "max_turns": getattr(args, "max_turns", None),
             "max_response": getattr(args, "rollout_max_response_len", None),
         }
+    from coding_agent_rl.multimodal.processor import has_image_processor
+
+    checkpoint = getattr(args, "hf_checkpoint", None)
     return RuntimeConfig(
         agent=agent,
         harness_options={k: v for k, v in native.items() if v is not None},
         sglang_url=f"http://{host}:{port}",
-        tokenizer=getattr(args, "hf_checkpoint", None) or "qwen3",
+        tokenizer=checkpoint or "qwen3",
+        vision=checkpoint if has_image_processor(checkpoint) else None,  # a VLM: images as tokens
         tool_parser=getattr(args, "sglang_tool_call_parser", None) or "qwen25",
         reasoning_parser=getattr(args, "sglang_reasoning_parser", None),
         rollout=rollout,

@@ -55,21 +55,37 @@ class Sample:
     session_id: str | None = None
     weight_versions: list[str] = dataclasses.field(default_factory=list)
     non_generation_time: float = 0.0
+    # slime's multimodal fields (R2-8): the images in prompt order ({"images": [data URL, ...]})
+    # and the processor's tensors for them, merged once (pixel_values, image_grid_thw, ...).
+    multimodal_inputs: dict[str, Any] | None = None
+    multimodal_train_inputs: dict[str, Any] | None = None
 
     Status = Status  # slime's shape: ``type(sample).Status.ABORTED`` (not a field)
 
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
+        """JSON-ready: tensors of ``multimodal_train_inputs`` as dtype, shape and base64 bytes."""
+        from coding_agent_rl.multimodal.serialize import tensors_to_json
+
+        train, self.multimodal_train_inputs = self.multimodal_train_inputs, None
+        try:
+            d = dataclasses.asdict(self)
+        finally:
+            self.multimodal_train_inputs = train
+        d["multimodal_train_inputs"] = tensors_to_json(train)
         d["status"] = self.status.value
         d["schema_version"] = SCHEMA_VERSION
         return d
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Sample:
+        from coding_agent_rl.multimodal.serialize import tensors_from_json
+
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in names}
         if "status" in kwargs:
             kwargs["status"] = Status(kwargs["status"])
+        if kwargs.get("multimodal_train_inputs") is not None:
+            kwargs["multimodal_train_inputs"] = tensors_from_json(kwargs["multimodal_train_inputs"])
         return cls(**kwargs)
 
     def check(self) -> None:

@@ -47,3 +47,19 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         terminalreporter.write_line(
             f"WARNING: docker-marked tests were SKIPPED: {reason}", red=True
         )
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm_dir(tmp_path_factory):
+    """A tiny random-weight Qwen2-VL checkpoint built offline (``policy/tiny_vlm.py``)."""
+    from coding_agent_rl.policy.tiny_vlm import build_tiny_vlm
+
+    return build_tiny_vlm(tmp_path_factory.mktemp("tiny-vlm"))
+
+
+@pytest.fixture(scope="session")
+def vision(tiny_vlm_dir):
+    """The tiny VLM's VisionProcessor (its real Qwen2-VL image processor + our tokenizer)."""
+    from coding_agent_rl.multimodal.processor import VisionProcessor
+
+    return VisionProcessor.load(tiny_vlm_dir)

@@ -8,7 +8,7 @@ import logging
 from typing import Any
 
 from coding_agent_rl.adapter import canonical as C
-from coding_agent_rl.adapter import fields
+from coding_agent_rl.adapter import fields, images
 from coding_agent_rl.adapter.errors import AdapterError, BadRequest
 from coding_agent_rl.adapter.wire import Reply, WireFormat, WireRequest, new_id, sse
 
@@ -44,6 +44,11 @@ def _block_text(block: dict[str, Any]) -> str:
 
 def _text_of(content: Any) -> str:
     return C.join_text([_block_text(b) for b in _blocks(content)])
+
+
+def _item(block: dict[str, Any]) -> Any:
+    """An image block as is (see ``images.py``), anything else as its text."""
+    return block if block.get("type") == "image" else _block_text(block)
 
 
 class AnthropicMessages(WireFormat):
@@ -105,26 +110,26 @@ class AnthropicMessages(WireFormat):
         return C.assistant(C.join_text(texts), C.join_text(thoughts), calls)
 
     def _user(self, messages: list[dict[str, Any]], content: Any, names: dict[str, str]) -> None:
-        texts: list[str] = []
+        texts: list[Any] = []
 
         def flush() -> None:
             if texts:
-                messages.append({"role": "user", "content": C.join_text(texts)})
+                messages.append({"role": "user", "content": images.content(texts)})
                 texts.clear()
 
         for block in _blocks(content):
             if block.get("type") == "tool_result":
                 flush()
-                result = _text_of(block.get("content"))
+                result = images.content([_item(b) for b in _blocks(block.get("content"))])
                 if block.get("is_error"):
-                    result = f"Error: {result}"
+                    result = images.prefix_text(result, "Error: ")
                 tool_msg = {"role": "tool", "content": result}
                 name = names.get(str(block.get("tool_use_id")))
                 if name:
                     tool_msg["name"] = name
                 messages.append(tool_msg)
             else:
-                texts.append(_block_text(block))
+                texts.append(_item(block))
         flush()
 
     @staticmethod
@@ -134,7 +139,7 @@ class AnthropicMessages(WireFormat):
         if messages and messages[-1]["role"] == "user":
             messages[-1] = {
                 **messages[-1],
-                "content": C.join_text([messages[-1]["content"], reminder]),
+                "content": images.append_text(messages[-1]["content"], reminder),
             }
         else:
             messages.append({"role": "user", "content": reminder})

@@ -4,6 +4,7 @@ Two messages are "the same" for incremental rendering when their keys are equal.
 deliberately tolerant of what agent CLIs do to a replayed history:
 
 * wire ids are not part of canonical messages at all;
+* images (content parts, only where a message shows one) by their payload's hash;
 * text is compared with surrounding whitespace stripped (CLIs trim assistant text; our template
   trims it too, so the rendered tokens cannot differ);
 * tool-call arguments are compared as sorted JSON of the parsed object;
@@ -18,6 +19,8 @@ import json
 import logging
 from typing import Any
 
+from coding_agent_rl.multimodal.parts import content_key
+
 log = logging.getLogger(__name__)
 
 IMAGE_PLACEHOLDER = "[image omitted]"
@@ -29,7 +32,7 @@ def _dumps(value: Any) -> str:
 
 def message_key(message: dict[str, Any]) -> bytes:
     role = message.get("role")
-    parts: list[Any] = [role, (message.get("content") or "").strip()]
+    parts: list[Any] = [role, content_key(message.get("content"))]
     if role == "assistant":
         calls = []
         for call in message.get("tool_calls") or []:

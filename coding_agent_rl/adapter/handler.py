@@ -50,9 +50,18 @@ MIN_BODY_BYTES = 4 << 20
 DEFAULT_CONTEXT = 131072  # for the body limit when no context length is configured
 
 
-def body_limit(max_context: int | None) -> int:
-    """The request body limit for a policy context of ``max_context`` tokens."""
-    return max(MIN_BODY_BYTES, BODY_BYTES_PER_TOKEN * (max_context or DEFAULT_CONTEXT))
+def body_limit(max_context: int | None, image_bytes: int = 0) -> int:
+    """The request body limit for a policy context of ``max_context`` tokens, plus
+    ``image_bytes``: what the images a sample may hold take on the wire (CLIs re-send every image
+    of the conversation with each request; see :func:`image_allowance`)."""
+    text = max(MIN_BODY_BYTES, BODY_BYTES_PER_TOKEN * (max_context or DEFAULT_CONTEXT))
+    return text + image_bytes
+
+
+def image_allowance(max_bytes: int, max_per_sample: int) -> int:
+    """Base64 bytes of ``max_per_sample`` images of ``max_bytes`` each (4 characters per 3
+    bytes): the body room a session's images may take. Lower the image limits to lower it."""
+    return max_per_sample * (-(-max_bytes // 3) * 4)
 
 
 def header_session_id(request: web.Request) -> str | None:

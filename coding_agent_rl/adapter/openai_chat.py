@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from coding_agent_rl.adapter import canonical as C
-from coding_agent_rl.adapter import fields
+from coding_agent_rl.adapter import fields, images
 from coding_agent_rl.adapter.errors import AdapterError, BadRequest
 from coding_agent_rl.adapter.wire import Reply, WireFormat, WireRequest, new_id, sse
 
@@ -37,6 +37,15 @@ def content_text(content: Any) -> str:
     return C.join_text(texts)
 
 
+def content_parts(content: Any) -> str | list[dict[str, Any]]:
+    """A user / tool ``content``: its text, or with an image part the parts (``images.py``)."""
+    if isinstance(content, list) and any(images.is_image_part(p) for p in content):
+        return images.content(
+            [p if images.is_image_part(p) else content_text([p]) for p in content]
+        )
+    return content_text(content)
+
+
 class OpenAIChat(WireFormat):
     name = "chat"
 
@@ -60,11 +69,11 @@ class OpenAIChat(WireFormat):
             if role in ("system", "developer"):
                 messages.append({"role": "system", "content": content_text(raw.get("content"))})
             elif role == "user":
-                messages.append({"role": "user", "content": content_text(raw.get("content"))})
+                messages.append({"role": "user", "content": content_parts(raw.get("content"))})
             elif role == "assistant":
                 messages.append(self._assistant(raw, names))
             elif role in ("tool", "function"):
-                tool_msg = {"role": "tool", "content": content_text(raw.get("content"))}
+                tool_msg = {"role": "tool", "content": content_parts(raw.get("content"))}
                 name = raw.get("name") or names.get(str(raw.get("tool_call_id")))
                 if name:
                     tool_msg["name"] = name

@@ -16,7 +16,7 @@ from typing import Any
 from coding_agent_rl.adapter import canonical as C
 from coding_agent_rl.adapter import fields
 from coding_agent_rl.adapter.errors import AdapterError, BadRequest
-from coding_agent_rl.adapter.openai_chat import content_text
+from coding_agent_rl.adapter.openai_chat import content_parts, content_text
 from coding_agent_rl.adapter.wire import Reply, WireFormat, WireRequest, new_id, sse
 
 log = logging.getLogger(__name__)
@@ -109,10 +109,11 @@ class OpenAIResponses(WireFormat):
                 role = "system" if role in ("developer", "system") else role
                 if role not in ("user", "system"):
                     raise BadRequest(f"unsupported message role {item.get('role')!r}")
-                messages.append({"role": role, "content": content_text(item.get("content"))})
+                text = content_parts if role == "user" else content_text
+                messages.append({"role": role, "content": text(item.get("content"))})
             elif kind in ("function_call_output", "custom_tool_call_output"):
                 output = item.get("output")
-                tool_msg = {"role": "tool", "content": content_text(output)}
+                tool_msg = {"role": "tool", "content": content_parts(output)}
                 name = names.get(str(item.get("call_id")))
                 if name:
                     tool_msg["name"] = name

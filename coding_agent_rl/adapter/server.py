@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import pathlib
 import threading
 from typing import Any
 
@@ -26,8 +27,10 @@ from coding_agent_rl.adapter.handler import (
     authenticate,
     body_limit,
     error_response,
+    image_allowance,
     read_json,
 )
+from coding_agent_rl.adapter.images import ImagePath
 from coding_agent_rl.adapter.listeners import DEFAULT_MAX_CONNECTIONS, CappedSockSite
 from coding_agent_rl.adapter.openai_chat import OpenAIChat
 from coding_agent_rl.adapter.openai_responses import OpenAIResponses
@@ -35,6 +38,7 @@ from coding_agent_rl.adapter.render import Renderer
 from coding_agent_rl.adapter.sessions import SessionConfig, SessionStore
 from coding_agent_rl.adapter.sglang import SGLangClient
 from coding_agent_rl.adapter.turns import TurnEngine
+from coding_agent_rl.multimodal.parts import ImageSettings
 from coding_agent_rl.sandbox.netns import netns_cookie
 
 LINGER_S = 2.0
@@ -60,6 +64,10 @@ class AdapterConfig:
     poll_s: float = 0.1  # how often a waiting request checks that its client is still there
     sglang_timeout_s: float = 3600.0
     sglang_connect_retries: int = 4  # bounded exponential backoff from 0.5 s
+    images: ImageSettings = dataclasses.field(default_factory=ImageSettings)
+    """Image limits and the text-only placeholder policy (``multimodal/parts.py``)."""
+    vision: Any = None
+    """The VLM's image processor (a ``VisionProcessor`` or a checkpoint path); None: text-only."""
 
 
 class AdapterServer:
@@ -91,8 +99,12 @@ class AdapterServer:
             reasoning_parser=config.reasoning_parser,
             max_context=config.max_context,
             sampling_defaults=config.sampling_defaults,
+            images=ImagePath(config.images, self._vision(config.vision, renderer.tokenizer)),
         )
-        self.max_body = config.client_max_size or body_limit(config.max_context)
+        limits = config.images.limits
+        self.max_body = config.client_max_size or body_limit(
+            config.max_context, image_allowance(limits.max_bytes, limits.max_per_sample)
+        )
         self._bound: dict[int, str] = {}  # netns cookie -> the session its listener serves
         self.handler = TurnHandler(
             self.sessions,
@@ -106,6 +118,14 @@ class AdapterServer:
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop serving requests
+
+    @staticmethod
+    def _vision(vision: Any, tokenizer: Any) -> Any:
+        if vision is None or not isinstance(vision, (str, pathlib.Path)):
+            return vision
+        from coding_agent_rl.multimodal.processor import VisionProcessor
+
+        return VisionProcessor.load(vision, tokenizer)
 
     def _build_app(self) -> web.Application:
         app = web.Application(client_max_size=self.max_body)

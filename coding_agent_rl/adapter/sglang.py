@@ -87,16 +87,25 @@ class SGLangClient:
             self._http = None
 
     async def generate(
-        self, input_ids: list[int], sampling_params: dict[str, Any], *, routing_key: str
+        self,
+        input_ids: list[int],
+        sampling_params: dict[str, Any],
+        *,
+        routing_key: str,
+        image_data: list[str] | None = None,
     ) -> Generation:
+        """``image_data``: one entry (a data URL) per image-token run of ``input_ids``, in order:
+        every image of the prompt, not only the new ones (SGLang pairs them by position)."""
         rid = uuid.uuid4().hex
-        payload = {
+        payload: dict[str, Any] = {
             "input_ids": input_ids,
             "sampling_params": sampling_params,
             "return_logprob": True,
             "logprob_start_len": -1,
             "rid": rid,
         }
+        if image_data:
+            payload["image_data"] = list(image_data)
         started = time.monotonic()
         try:
             data = await asyncio.wait_for(

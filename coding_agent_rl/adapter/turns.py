@@ -4,7 +4,9 @@ Rendering is where token-exactness is won or lost. A request that continues a re
 (its messages start with ``T.messages + [T.assistant]``, same tools, and only tool/user/system
 messages follow) reuses ``T.prompt_ids + T.output_ids`` verbatim and renders only the new
 messages; anything else (compaction, a subagent's own conversation, an edited history) is
-rendered in full with ``parent=None`` and left to the trajectory layer to split.
+rendered in full with ``parent=None`` and left to the trajectory layer to split. Images in the
+rendered messages go through ``images.py`` (the VLM's expansion, or the text-only placeholder);
+every image of the prompt is sent as ``image_data`` and kept on the turn.
 
 A generation that SGLang ends with ``finish_reason: abort`` (our own cancellations never return
 one) means the trainer aborted the engines: the engine remembers the session as aborted
@@ -22,11 +24,13 @@ from typing import Any
 
 from coding_agent_rl.adapter.canonical import message_key, tools_key
 from coding_agent_rl.adapter.errors import PolicyAborted
+from coding_agent_rl.adapter.images import ImagePath
 from coding_agent_rl.adapter.parsers import parse_assistant
 from coding_agent_rl.adapter.render import Renderer
 from coding_agent_rl.adapter.sessions import RecordedTurn, Session, SessionConfig
 from coding_agent_rl.adapter.sglang import Generation, SGLangClient, empty_length_generation
 from coding_agent_rl.adapter.wire import Reply, WireRequest
+from coding_agent_rl.multimodal.parts import ImageSettings
 from coding_agent_rl.trajectory.turn import Turn
 
 log = logging.getLogger(__name__)
@@ -46,6 +50,8 @@ class PreparedTurn:
     sampling: dict[str, Any]
     budget_left: bool
     routing_key: str | None = None  # the session's ``routing_key`` metadata, if it has one
+    images: list[Any] = dataclasses.field(default_factory=list)  # every image in prompt_ids
+    image_ends: list[int] = dataclasses.field(default_factory=list)
 
 
 def find_parent(
@@ -122,7 +128,9 @@ class TurnEngine:
         reasoning_parser: str | None,
         max_context: int | None = None,
         sampling_defaults: dict[str, Any] | None = None,
+        images: ImagePath | None = None,
     ):
+        self.images = images or ImagePath(ImageSettings(), None)
         self.renderer = renderer
         self.tokenizer = renderer.tokenizer
         self.sglang = sglang
@@ -156,16 +164,31 @@ class TurnEngine:
         keys = tuple(message_key(m) for m in messages)
         tkey = tools_key(tools)
         parent = find_parent(recorded, keys, tkey, messages)
+        images: list[Any] = []
         if parent is not None:
             prev = parent.turn
             new = messages[len(parent.prefix_keys) :]
-            prompt_ids = self.renderer.extend(
-                prev.prompt_ids + prev.output_ids, prev.finish_reason, new, tools or None
+            prefix = prev.prompt_ids + prev.output_ids
+            self.images.refuse_sampled_vision_tokens(prev.output_ids)
+            delta, added = self.images.render(
+                new,
+                len(prev.images),
+                False,
+                lambda ms: self.renderer.delta(prefix, prev.finish_reason, ms, tools or None),
             )
-        elif len(messages) >= THREAD_RENDER_MIN_MESSAGES:
-            prompt_ids = await asyncio.to_thread(self.renderer.render, messages, tools or None)
+            prompt_ids = prefix + delta
+            images = [*prev.images, *added]
         else:
-            prompt_ids = self.renderer.render(messages, tools or None)
+
+            def full() -> tuple[list[int], list[Any]]:
+                return self.images.render(
+                    messages, 0, True, lambda ms: self.renderer.render(ms, tools or None)
+                )
+
+            if len(messages) >= THREAD_RENDER_MIN_MESSAGES:
+                prompt_ids, images = await asyncio.to_thread(full)
+            else:
+                prompt_ids, images = full()
         max_context = session.config.max_context or self.max_context
         sampling, room = sampling_params(
             self.sampling_defaults,
@@ -184,6 +207,8 @@ class TurnEngine:
             sampling=sampling,
             budget_left=room,
             routing_key=session.config.metadata.get("routing_key"),
+            images=images,
+            image_ends=self.images.ends(prompt_ids) if images else [],
         )
 
     async def generate(self, prepared: PreparedTurn, sid: str) -> Generation:
@@ -192,8 +217,12 @@ class TurnEngine:
         self._refuse_if_aborted(sid)
         if not prepared.budget_left:  # the context is full: an empty `length` turn, no call
             return empty_length_generation()
+        media = {"image_data": [i.ref.data_url for i in prepared.images]} if prepared.images else {}
         gen = await self.sglang.generate(
-            prepared.prompt_ids, prepared.sampling, routing_key=prepared.routing_key or sid
+            prepared.prompt_ids,
+            prepared.sampling,
+            routing_key=prepared.routing_key or sid,
+            **media,
         )
         if gen.finish_reason == "abort":
             reason = f"the policy server aborted a request ({gen.abort_message})"
@@ -234,6 +263,8 @@ class TurnEngine:
             wire=wire,
             latency_s=gen.latency_s,
             weight_version=gen.weight_version,
+            images=prepared.images,
+            image_ends=prepared.image_ends,
         )
         reply = Reply(
             model=request.model,

@@ -29,6 +29,7 @@ BENCHMARKS = {
     "rollout": "end-to-end rollouts on the bundled tasks",
     "native": "the native loop: per-turn overhead at 32k context, rollouts/min vs Claude Code",
     "grading": "tamper-evident grading vs a plain pytest -rA run of the same tests",
+    "multimodal": "per-turn image tensors merged once vs concatenated every turn",
 }
 
 

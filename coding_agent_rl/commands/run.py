@@ -65,6 +65,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="static tamper screen findings: zero the reward (default) or only record them",
     )
     p.add_argument(
+        "--vision",
+        metavar="DIR",
+        help="a VLM checkpoint whose image processor expands images (default: the hf: policy's "
+        "directory when it is a VLM); without one images reach the policy as placeholder text",
+    )
+    p.add_argument(
+        "--image-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="image setting: max_bytes, max_pixels, max_per_turn, max_per_sample, "
+        "text_only=placeholder|refuse, placeholder=TEXT (repeatable; multimodal/parts.py)",
+    )
+    p.add_argument(
         "--sandbox-option",
         action="append",
         default=[],
@@ -116,6 +130,8 @@ def build_config(args: argparse.Namespace):
         reasoning_parser=None if args.reasoning_parser == "none" else args.reasoning_parser,
         sampling_defaults={"max_new_tokens": args.max_new_tokens, "temperature": args.temperature},
         harness_options=native,
+        vision=args.vision,
+        images=image_settings(args.image_option),
         rollout=RolloutConfig(
             backend=args.sandbox,
             sandbox_options=parse_options(args.sandbox_option),
@@ -129,6 +145,30 @@ def build_config(args: argparse.Namespace):
             agent_network=args.agent_network,
         ),
     )
+
+
+def image_settings(items: list[str]):
+    """``--image-option`` values as :class:`ImageSettings` (limits and text-only policy)."""
+    import dataclasses
+
+    from coding_agent_rl.multimodal.images import ImageLimits
+    from coding_agent_rl.multimodal.parts import ImageSettings
+
+    options = parse_options(items)
+    limits = {f.name for f in dataclasses.fields(ImageLimits)}
+    top = {"text_only", "placeholder"}
+    unknown = sorted(set(options) - limits - top)
+    if unknown:
+        raise UserError(
+            f"--image-option {unknown[0]}: unknown (one of {', '.join(sorted(limits | top))})"
+        )
+    try:
+        return ImageSettings(
+            limits=ImageLimits(**{k: v for k, v in options.items() if k in limits}),
+            **{k: str(v) for k, v in options.items() if k in top},
+        )
+    except (TypeError, ValueError) as e:
+        raise UserError(f"--image-option: {e}") from e
 
 
 def native_options(args: argparse.Namespace) -> dict[str, object]:

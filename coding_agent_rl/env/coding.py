@@ -8,7 +8,10 @@ commits, hidden paths removed), the repository handed to the unprivileged agent 
 model's output is parsed with the configured tool-call parser; an ill-formed or unknown call is
 answered as an observation (the turn is used). ``submit`` -- or a reply without a tool call, as an
 agent CLI ends its run (``on_no_tool_call="submit"``; ``"nudge"`` asks for a tool call instead)
--- ends the episode. :meth:`CodingEnv.evaluate` then captures the diff and grades it with the same
+-- ends the episode. Images (R2-8): a row's ``metadata.problem_images`` (paths in the
+repository, e.g. a screenshot of the bug, as SWE-bench Multimodal rows carry) are shown after
+the task text, read from the prepared workspace; ``file_editor view`` of an image file answers
+with the image (``multi_modal_data`` + image parts in the tool message). :meth:`CodingEnv.evaluate` then captures the diff and grades it with the same
 clean-sandbox grader as CLI rollouts (a grading sandbox is prepared ahead while the policy works).
 
 ``build_env(sample=..., args=...)`` makes this module usable as slime's
@@ -20,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import posixpath
 import time
 from typing import Any
 
@@ -131,9 +135,24 @@ class CodingEnv(BaseInteractionEnv):
         self.timings["sandbox_s"] = time.monotonic() - t0
         messages = [
             {"role": "system", "content": cfg.system_prompt},
-            {"role": "user", "content": self.prompt},
+            {"role": "user", "content": await self._task_content(sb)},
         ]
         return {"messages": messages, "tools": TOOLS}, {"base_commit": self.base}
+
+    async def _task_content(self, sb: Sandbox) -> Any:
+        """The task text, then the row's ``problem_images`` read from the prepared workspace."""
+        paths = self.row.metadata.get("problem_images") or []
+        if not paths:
+            return self.prompt
+        parts: list[dict[str, Any]] = [{"type": "text", "text": self.prompt}]
+        for rel in paths:
+            path = posixpath.normpath(posixpath.join(self.row.workdir, str(rel)))
+            try:
+                data = await sb.read_file(path, binary=True)
+            except Exception as e:  # the row names a file its image does not have: data
+                raise FatalEnvError(f"problem image {rel}: {type(e).__name__}: {e}") from e
+            parts.append({"type": "image", "image": bytes(data)})
+        return parts
 
     # ---- step --------------------------------------------------------------------------------------
     async def step(self, response_text: str) -> tuple[dict[str, Any], bool, dict[str, Any]]:
@@ -168,8 +187,14 @@ class CodingEnv(BaseInteractionEnv):
                 done = True
                 break
             result = await self._run_tool(str(name), _typed(str(name), args))
-            results.append({"name": str(name), "content": result.text})
-        obs = {"obs_str": "\n\n".join(r["content"] for r in results), "tool_results": results}
+            results.append({"name": str(name), "content": result.text, "images": result.images})
+        obs: dict[str, Any] = {
+            "obs_str": "\n\n".join(r["content"] for r in results),
+            "tool_results": results,
+        }
+        shown = [image for r in results for image in r.get("images") or []]
+        if shown:  # slime's shape; format_observation puts them in their tool messages
+            obs["multi_modal_data"] = {"image": shown}
         self.transcript.append((response_text, obs["obs_str"]))
         return obs, done, {"tools": names, "submitted": done}
 
@@ -201,7 +226,7 @@ class CodingEnv(BaseInteractionEnv):
         observation = observation or {}
         results = observation.get("tool_results")
         if results:
-            return [{"role": "tool", "name": r["name"], "content": r["content"]} for r in results]
+            return [{"role": "tool", "name": r["name"], "content": _content(r)} for r in results]
         return {"role": "user", "content": str(observation.get("obs_str", ""))}
 
     # ---- the end -----------------------------------------------------------------------------------
@@ -246,6 +271,17 @@ class CodingEnv(BaseInteractionEnv):
         ahead, self.ahead = self.ahead, None
         if ahead is not None:
             await ahead.close()
+
+
+def _content(result: dict[str, Any]) -> Any:
+    """A tool message's content: its text, then its images as image parts."""
+    images = result.get("images") or []
+    if not images:
+        return result["content"]
+    return [
+        {"type": "text", "text": result["content"]},
+        *({"type": "image", "image": image} for image in images),
+    ]
 
 
 def _typed(name: str, args: Any) -> Any:

@@ -3,7 +3,8 @@
 Reads and writes run *inside* the sandbox as the unprivileged agent user (``Workspace.run``), so
 the kernel enforces its permissions: a symlink the policy planted (to a file or a folder) cannot
 redirect a write to a root-owned file, as a root-side write through the sandbox's file API
-would. Content travels base64-encoded on the command line, or, when too long for one argument,
+would. ``view`` of an image file (PNG, JPEG, GIF, WebP) returns the image itself, as an agent
+CLI's file reader does: a VLM policy sees it, a text-only one reads its placeholder. Content travels base64-encoded on the command line, or, when too long for one argument,
 through a root-owned staging folder the agent may read but not change. Files over the size cap
 and non-UTF-8 files are refused; every mistake is an ``Error: ...`` result.
 """
@@ -27,6 +28,7 @@ from coding_agent_rl.env.tools import (
 from coding_agent_rl.env.turns import preview
 
 SNIPPET_LINES = 4  # context lines shown around an edit
+IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"RIFF")
 
 
 _READ = """p={path}
@@ -114,6 +116,8 @@ async def run_editor(ws: Workspace, args: dict[str, Any]) -> ToolResult:
             return error(f"{path} is a directory")
         return ToolResult(preview(f"Files under {path}:\n{data}", ws.limits.max_output_chars))
     assert isinstance(data, bytes)
+    if command == "view" and data.startswith(IMAGE_MAGIC):
+        return ToolResult(f"Image {path} ({len(data)} bytes):", images=[data])
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

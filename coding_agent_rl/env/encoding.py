@@ -10,9 +10,15 @@ unlike trimming by the token count of a rendered dummy prefix it also closes the
 the way the template does (the ``\\n`` after ``<|im_end|>``, the whole end marker after a
 ``length`` finish) and never lets BPE merge across the cut.
 
-Images (R2-8): :class:`Encoded` already carries the fields a processor fills per turn
-(``image_data`` for SGLang, ``multimodal_inputs``, ``multimodal_train_inputs``); this text encoder
-refuses an observation with images with a clear error instead of dropping them.
+Images (R2-8): image parts of the prompt or of an observation (slime's
+``{"type": "image", "image": ...}`` items, built from ``observation["multi_modal_data"]``) go
+through :func:`coding_agent_rl.multimodal.parts.prepare`. With a
+:class:`~coding_agent_rl.multimodal.VisionProcessor` (a VLM policy) each becomes the template's
+image placeholder, expanded to the processor's token count *inside the new delta only* (earlier
+images are already in the stored tokens), and :class:`Encoded` carries the images for SGLang's
+``image_data`` and this turn's processor tensors. Without one (a text-only policy) each becomes
+the placeholder text the settings choose (or the episode is refused with a clear reason). Too
+many, too large or undecodable images are answered as text in their place.
 """
 
 from __future__ import annotations
@@ -21,8 +27,8 @@ import dataclasses
 from typing import Any
 
 from coding_agent_rl.adapter.render import Renderer
-
-IMAGE_PART_TYPES = ("image", "image_url", "input_image", "video")
+from coding_agent_rl.multimodal.buffer import merge_chunks
+from coding_agent_rl.multimodal.parts import ImageSettings, render_with_images
 
 
 class ObservationError(ValueError):
@@ -51,21 +57,12 @@ def as_messages(message: Any) -> list[dict[str, Any]]:
     return messages
 
 
-def _has_images(messages: list[dict[str, Any]]) -> bool:
-    for m in messages:
-        content = m.get("content")
-        if isinstance(content, list) and any(
-            isinstance(part, dict) and part.get("type") in IMAGE_PART_TYPES for part in content
-        ):
-            return True
-    return False
-
-
 class ChatEncoder:
     """Token ids for the native loop from a tokenizer with a chat template (ours or any HF one).
 
     ``chat_template`` overrides the tokenizer's; ``template_kwargs`` are passed to the template
-    (e.g. ``enable_thinking``).
+    (e.g. ``enable_thinking``). ``vision``: the policy's image processor (a VLM), or None;
+    ``images``: limits and the text-only placeholder policy.
     """
 
     def __init__(
@@ -74,28 +71,45 @@ class ChatEncoder:
         *,
         chat_template: str | None = None,
         template_kwargs: dict[str, Any] | None = None,
+        vision: Any = None,
+        images: ImageSettings | None = None,
     ):
         self.tokenizer = tokenizer
         self.renderer = Renderer(
             tokenizer, chat_template=chat_template, template_kwargs=template_kwargs
         )
+        self.vision = vision  # a coding_agent_rl.multimodal.VisionProcessor, or None
+        self.images = images or ImageSettings()
 
     @property
     def stop_token_ids(self) -> list[int]:
         return self.renderer.stop_token_ids
 
-    def _text_only(self, messages: list[dict[str, Any]]) -> None:
-        if _has_images(messages):
-            raise ObservationError(
-                "the observation carries images but this encoder is text-only "
-                "(a multimodal processor is needed for image observations)"
+    def _encode(
+        self, messages: list[dict[str, Any]], used: int, full: bool, render: Any
+    ) -> Encoded:
+        try:
+            ids, items = render_with_images(
+                messages, self.images, self.vision, render, used=used, full=full
             )
+        except ValueError as e:  # ImagesRefused, or placeholders that do not pair up
+            raise ObservationError(str(e)) from e
+        if not items:
+            return Encoded(ids)
+        urls = [item.ref.data_url for item in items]
+        return Encoded(
+            ids,
+            image_data=urls,
+            multimodal_inputs={"images": urls},
+            multimodal_train_inputs=merge_chunks([item.train for item in items]),
+        )
 
-    def prompt(self, messages: list[dict[str, Any]], tools: list[dict] | None) -> Encoded:
+    def prompt(
+        self, messages: list[dict[str, Any]], tools: list[dict] | None, *, images_used: int = 0
+    ) -> Encoded:
         """The first prompt: the whole conversation rendered with the generation prompt."""
         messages = as_messages(messages)
-        self._text_only(messages)
-        return Encoded(self.renderer.render(messages, tools))
+        return self._encode(messages, images_used, True, lambda ms: self.renderer.render(ms, tools))
 
     def prompt_text(self, text: str) -> Encoded:
         """A prompt that is already chat-formatted text (slime's ``--apply-chat-template``)."""
@@ -107,12 +121,19 @@ class ChatEncoder:
         finish: str,
         message: Any,
         tools: list[dict] | None,
+        *,
+        images_used: int = 0,
     ) -> Encoded:
         """The tokens to append after ``tokens`` (which end with a turn that finished with
-        ``finish``) for the observation message(s)."""
+        ``finish``) for the observation message(s); ``images_used``: images already in the
+        sample (the per-sample limit counts them)."""
         messages = as_messages(message)
-        self._text_only(messages)
-        return Encoded(self.renderer.delta(tokens, finish, messages, tools))
+        return self._encode(
+            messages,
+            images_used,
+            False,
+            lambda ms: self.renderer.delta(tokens, finish, ms, tools),
+        )
 
     def decode(self, ids: list[int]) -> str:
         """The response text an environment sees (special tokens dropped, as SGLang's ``text``)."""

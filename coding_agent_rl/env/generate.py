@@ -8,7 +8,8 @@
 YAML's keys onto ``args``; when it has not, the file is read here.
 
 Once per process: the tokenizer (``args.hf_checkpoint``; ``args.apply_chat_template_kwargs`` go
-to the template) and a client for SGLang at ``args.sglang_router_ip:port``. Budgets:
+to the template; a VLM checkpoint's image processor turns observation images into image tokens,
+``image_data`` and the sample's ``multimodal_*`` fields) and a client for SGLang at ``args.sglang_router_ip:port``. Budgets:
 ``args.rollout_max_context_len`` and ``args.rollout_max_response_len``. The routing key is
 ``sample.session_id`` (slime sets one per sample). Never raises for a per-sample failure: it
 returns slime's aborted placeholder (``remove_sample=True``, ``metadata.abort_reason``).
@@ -103,11 +104,19 @@ class _State:
     def __init__(self, args: Any):
         from coding_agent_rl.adapter.sglang import SGLangClient
         from coding_agent_rl.env.encoding import ChatEncoder
+        from coding_agent_rl.multimodal.processor import VisionProcessor, has_image_processor
         from coding_agent_rl.policy.tokenizer import load_tokenizer
 
-        self.tokenizer = load_tokenizer(getattr(args, "hf_checkpoint", None) or "qwen3")
+        checkpoint = getattr(args, "hf_checkpoint", None)
+        self.tokenizer = load_tokenizer(checkpoint or "qwen3")
         kwargs = getattr(args, "apply_chat_template_kwargs", None) or None
-        self.encoder = ChatEncoder(self.tokenizer, template_kwargs=kwargs)
+        # A VLM checkpoint (it has an image processor): observations' images become image tokens.
+        vision = (
+            VisionProcessor.load(checkpoint, self.tokenizer)
+            if has_image_processor(checkpoint)
+            else None
+        )
+        self.encoder = ChatEncoder(self.tokenizer, template_kwargs=kwargs, vision=vision)
         host = getattr(args, "sglang_router_ip", None) or "127.0.0.1"
         self.client = SGLangClient(f"http://{host}:{getattr(args, 'sglang_router_port', None)}")
 

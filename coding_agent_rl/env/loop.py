@@ -3,7 +3,9 @@
 Encode the prompt once; each turn generate with SGLang on ``input_ids`` (token ids in, token ids
 and logprobs out), append the sampled tokens with loss mask 1, step the environment with the
 decoded text, stop if it is done, else append the observation's delta tokens (``encoding.py``)
-with loss mask 0 and logprob 0.
+with loss mask 0 and logprob 0. Images (an observation's ``multi_modal_data``) add their expanded
+image tokens to the delta; every image so far goes to SGLang as ``image_data`` with each generate,
+and each turn's processor tensors are buffered for one merge when the sample is built.
 
 Termination (``Episode.end``):
 
@@ -14,6 +16,9 @@ Termination (``Episode.end``):
   tokens is spent: ``max_context`` bounds prompt + response, ``max_response`` the response
   (``truncated``). The limits are never exceeded: ``max_new_tokens`` is capped by the room left,
   and an observation that would not leave room for one more sampled token is not appended;
+* ``vision_token`` — a VLM policy sampled one of its vision special tokens (``<|image_pad|>``
+  ...): no engine takes a stray image token back as input, so the turn is kept up to it and the
+  episode ends there (``truncated``, the model's outcome, graded as usual);
 * ``length`` — only with ``stop_on_length`` (slime's example loop stops there): the engine
   stopped at the turn's own ``max_new_tokens`` (``truncated``). By default a reply cut that way
   is an ordinary turn: the environment sees the cut text (usually an ill-formed call) and the
@@ -51,7 +56,9 @@ class Engine(Protocol):
 
     async def generate(
         self, input_ids: list[int], sampling_params: dict[str, Any], *, routing_key: str
-    ) -> Any: ...
+    ) -> Any:
+        """Called with ``image_data=[...]`` too (every image in ``input_ids``, in order) once
+        the episode holds images."""
 
 
 class _Stop(Exception):
@@ -158,7 +165,7 @@ class _Loop:
             if isinstance(prompt, str):
                 encoded = self.encoder.prompt_text(prompt)
             elif isinstance(prompt, list):
-                encoded = self.encoder.prompt(prompt, self.tools)
+                encoded = self.encoder.prompt(prompt, self.tools, images_used=0)
             else:
                 raise ObservationError(f"no prompt: the sample's prompt is {type(prompt).__name__}")
         except ObservationError as e:
@@ -176,6 +183,8 @@ class _Loop:
             )
 
     def _add_media(self, encoded: Encoded) -> None:
+        """Images accumulate for SGLang; this turn's tensors are buffered (merged once at the
+        end, ``sample.py``)."""
         self.ep.image_data.extend(encoded.image_data)
         if encoded.multimodal_train_inputs:
             self.ep.multimodal_train_chunks.append(encoded.multimodal_train_inputs)
@@ -207,17 +216,31 @@ class _Loop:
         params = self.params(room)
         t_gen = time.perf_counter()
         try:
-            gen = await self.engine.generate(self.tokens, params, routing_key=self.routing_key)
+            media = {"image_data": list(self.ep.image_data)} if self.ep.image_data else {}
+            gen = await self.engine.generate(
+                self.tokens, params, routing_key=self.routing_key, **media
+            )
         except UpstreamError as e:
             raise _Stop("policy_error", ABORTED, f"policy server: {e}", "infra") from e
         record.generate_s = time.perf_counter() - t_gen
-        record.sampled, record.finish = len(gen.output_ids), gen.finish_reason
-        self._append(list(gen.output_ids), list(gen.logprobs))
+        output, logprobs = list(gen.output_ids), list(gen.logprobs)
+        cut = self._vision_token_at(output)
+        if cut is not None:  # kept up to it: no engine takes a stray image token back as input
+            output, logprobs = output[:cut], logprobs[:cut]
+        record.sampled, record.finish = len(output), gen.finish_reason
+        self._append(output, logprobs)
         if getattr(gen, "weight_version", None) is not None:
             self.ep.weight_versions.append(gen.weight_version)
         self.ep.turns.append(record)
         if gen.finish_reason == "abort":
             raise _Stop("abort", ABORTED, "the engine aborted the request", "infra")
+        if cut is not None:
+            raise _Stop(
+                "vision_token",
+                TRUNCATED,
+                f"the policy sampled an image token (id {gen.output_ids[cut]}); "
+                f"the turn is kept up to it",
+            )
         if gen.finish_reason == "length":
             capped = room is not None and params["max_new_tokens"] >= room
             if capped or self.config.stop_on_length:
@@ -237,12 +260,22 @@ class _Loop:
         if not done and not last:
             await self._observe(record, observation, gen.finish_reason)
 
+    def _vision_token_at(self, output: list[int]) -> int | None:
+        """Where a VLM policy sampled one of its vision special tokens, if it did."""
+        vision = getattr(self.encoder, "vision", None)
+        if vision is None:
+            return None
+        special = {vision.pad_id, vision.start_id, vision.end_id}
+        return next((i for i, t in enumerate(output) if t in special), None)
+
     async def _observe(self, record: TurnRecord, observation: Any, finish: str) -> None:
         if isinstance(observation, dict) and "obs_str" in observation:
             record.observation = preview(str(observation["obs_str"]), self.config.preview_chars)
         try:
             message = self.env.format_observation(observation)
-            encoded = self.encoder.observation(self.tokens, finish, message, self.tools)
+            encoded = self.encoder.observation(
+                self.tokens, finish, message, self.tools, images_used=len(self.ep.image_data)
+            )
         except ObservationError as e:
             raise _Stop("bad_observation", ABORTED, f"observation: {e}", "infra") from e
         room, budget = self.room()

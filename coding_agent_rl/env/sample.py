@@ -1,5 +1,7 @@
 """One episode -> one slime Sample: ``tokens`` = prompt + response, loss mask 1 exactly on the
-sampled tokens, observation tokens 0 with logprob 0, ``weight_versions``, ``metadata.turns``.
+sampled tokens, observation tokens 0 with logprob 0, ``weight_versions``, ``metadata.turns``;
+with images, ``multimodal_inputs`` (every image, prompt order) and ``multimodal_train_inputs``
+(the per-turn processor tensors concatenated once per key).
 
 The sample handed in by the caller is filled in place (slime's own multi-turn rollout does the
 same) and its status is a member of the *caller's* ``Status`` enum: ``type(sample).Status`` when
@@ -13,6 +15,7 @@ from typing import Any
 
 from coding_agent_rl.env.episode import Episode
 from coding_agent_rl.env.turns import turn_metrics
+from coding_agent_rl.multimodal.buffer import merge_chunks
 from coding_agent_rl.types import Sample, Status, aborted_sample
 
 SEGMENT = "final"  # the whole rollout is one sample; the CLI path's label for the main chain
@@ -59,6 +62,9 @@ def fill_sample(
     sample.status = status_member(sample, episode.status)
     if hasattr(sample, "weight_versions"):
         sample.weight_versions = list(sample.weight_versions or []) + episode.weight_versions
+    if episode.image_data:  # slime's fields; per-turn tensors merged here, once per key
+        sample.multimodal_inputs = {"images": list(episode.image_data)}
+        sample.multimodal_train_inputs = merge_chunks(episode.multimodal_train_chunks)
     if reward is not None:
         sample.reward = reward
     sample.metadata = {**(sample.metadata or {}), **episode_metadata(episode), **(metadata or {})}

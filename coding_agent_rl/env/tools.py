@@ -88,6 +88,7 @@ class ToolResult:
     text: str
     ok: bool = True
     info: dict[str, Any] = dataclasses.field(default_factory=dict)
+    images: list[bytes] = dataclasses.field(default_factory=list)  # shown after the text
 
 
 def error(message: str, **info: Any) -> ToolResult:

@@ -45,6 +45,8 @@ class GenerateRequest:
     input_ids: list[int]
     sampling: dict[str, Any]
     aborted: asyncio.Event | Any = dataclasses.field(default_factory=asyncio.Event)
+    image_data: list[str] = dataclasses.field(default_factory=list)  # as the request sent them
+    image_inputs: dict[str, Any] | None = None  # the server's processor tensors for them
 
 
 @dataclasses.dataclass

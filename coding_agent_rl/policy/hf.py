@@ -1,5 +1,11 @@
 """``hf:MODEL_DIR`` — a real causal LM from a local directory, sampled on CPU with transformers.
 
+A vision-language checkpoint (its config has a ``vision_config``, e.g. the tiny Qwen2-VL of
+``tiny_vlm.py``) is loaded with ``AutoModelForImageTextToText`` and its image processor; requests
+with ``image_data`` are run with the processor's ``pixel_values`` / ``image_grid_thw`` and
+``mm_token_type_ids``, one full forward pass per sampled token (no KV cache: the same computation
+a teacher-forced rescoring does, so the logprobs agree to float rounding).
+
 Logprobs: the logprob of each sampled token under ``log_softmax(logits / temperature)`` over the
 full vocabulary (``log_softmax(logits)`` when greedy), i.e. what a trainer recomputes for the
 same temperature; top-k / top-p only restrict which token is *drawn*, as in SGLang.
@@ -48,10 +54,19 @@ class HFPolicy(Policy):
 
     def __init__(self, model_dir: str, *, seed: int = 0):
         import torch
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+        from coding_agent_rl.policy.tiny_vlm import is_vision_checkpoint
 
         self.model_dir = model_dir
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        self.vision: Any = None  # the checkpoint's VisionProcessor, for a VLM
+        if is_vision_checkpoint(model_dir):
+            from coding_agent_rl.multimodal.processor import VisionProcessor
+
+            self.model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32)
+            self.vision = VisionProcessor.load(model_dir)
+        else:
+            self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         self.model.eval()
         # transformers 5.24 renamed the KV-cache argument (`past_key_values` warns from then on).
         params = inspect.signature(self.model.forward).parameters
@@ -78,6 +93,9 @@ class HFPolicy(Policy):
         ids: list[int] = []
         logprobs: list[float] = []
         finish: dict[str, Any] = {"type": "length", "length": 0}
+        if self.vision is not None:
+            with self._lock, torch.no_grad():
+                return self._generate_vision(request, params, limit, stop_ids, generator)
         with self._lock, torch.no_grad():
             cache = DynamicCache()
             step_input = torch.tensor([request.input_ids], dtype=torch.long)
@@ -98,3 +116,39 @@ class HFPolicy(Policy):
         if finish["type"] == "length":
             finish["length"] = len(ids)
         return Completion(ids, logprobs, finish)
+
+    def _generate_vision(
+        self, request: GenerateRequest, params: dict[str, Any], limit: int, stop_ids: set, gen: Any
+    ) -> Completion:
+        ids, logprobs = list(request.input_ids), []
+        finish: dict[str, Any] = {"type": "length", "length": 0}
+        for _ in range(limit):
+            if request.aborted.is_set():
+                finish = {"type": "abort", "message": "aborted by /abort_request"}
+                break
+            logits = vision_logits(self.model, ids, request.image_inputs, self.vision.pad_id)
+            token, logprob = sample_token(logits[-1].float(), params, gen)
+            ids.append(token)
+            logprobs.append(logprob)
+            if token in stop_ids:
+                finish = {"type": "stop", "matched": token}
+                break
+        out = ids[len(request.input_ids) :]
+        if finish["type"] == "length":
+            finish["length"] = len(out)
+        return Completion(out, logprobs, finish)
+
+
+def vision_logits(model: Any, ids: list[int], image_inputs: dict[str, Any] | None, pad_id: int):
+    """Logits ``[len(ids), vocab]`` of a VLM for ``ids`` with the images' processor tensors."""
+    import torch
+
+    x = torch.tensor([ids], dtype=torch.long)
+    kwargs: dict[str, Any] = {}
+    if image_inputs:
+        kwargs = {
+            "pixel_values": image_inputs["pixel_values"],
+            "image_grid_thw": image_inputs["image_grid_thw"],
+            "mm_token_type_ids": (x == pad_id).long(),
+        }
+    return model(input_ids=x, use_cache=False, **kwargs).logits[0]

@@ -7,10 +7,20 @@ What a trainer's abort needs, as SGLang does it: ``/abort_request`` with ``{"rid
 (a policy that honours it answers ``finish_reason: abort``); ``GET /v1/loads`` reports the
 requests still in flight, which slime polls until the engine is idle. Replies carry
 ``meta_info.weight_version`` (:attr:`PolicyServer.weight_version`; a trainer's weight update
-changes it)."""
+changes it).
+
+Images, as SGLang's VLM path takes them (``image_data`` with ``input_ids``): one entry per
+``<|vision_start|><|image_pad|>+<|vision_end|>`` run of the ids, in order, each run exactly the
+processor's token count for its image. The server checks that with the vision processor (the
+policy's own for an ``hf:`` VLM, or ``vision=`` for a stand-in of a VLM engine in front of a text
+policy) and answers 400 when runs and images do not pair up, where SGLang would mis-embed or
+fail; the processed tensors go to the policy. :attr:`PolicyServer.requests` keeps the last
+requests' ``image_data`` for tests.
+"""
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 import uuid
@@ -30,7 +40,14 @@ def _error(status: int, message: str) -> web.Response:
 
 
 class PolicyServer:
-    def __init__(self, policy: Policy, tokenizer: Any = "qwen3", tool_parser: str = "qwen25"):
+    def __init__(
+        self,
+        policy: Policy,
+        tokenizer: Any = "qwen3",
+        tool_parser: str = "qwen25",
+        *,
+        vision: Any = None,
+    ):
         if isinstance(tokenizer, str):
             from coding_agent_rl.policy.tokenizer import load_tokenizer
 
@@ -44,6 +61,8 @@ class PolicyServer:
         self.in_flight: dict[str, GenerateRequest] = {}
         self.aborted_rids: list[str] = []  # every rid /abort_request named ("*": abort_all)
         self.weight_version = "0"  # reported per reply as meta_info.weight_version
+        self.vision = vision or getattr(policy, "vision", None)  # a VisionProcessor, or None
+        self.requests: collections.deque[dict[str, Any]] = collections.deque(maxlen=256)
         self.app = self._build_app()
         self._runner: web.AppRunner | None = None
 
@@ -88,6 +107,12 @@ class PolicyServer:
         sampling = {k: v for k, v in (body.get("sampling_params") or {}).items() if v is not None}
         rid = str(body.get("rid") or uuid.uuid4().hex)
         req = GenerateRequest(rid, request.headers.get(ROUTING_HEADER, ""), input_ids, sampling)
+        image_data = body.get("image_data") or []
+        self.requests.append({"rid": rid, "input_ids": len(input_ids), "image_data": image_data})
+        if image_data:
+            problem = self._images(req, image_data)
+            if problem:
+                return _error(400, problem)
         self.in_flight[rid] = req
         started = time.monotonic()
         try:
@@ -118,6 +143,34 @@ class PolicyServer:
                 "meta_info": meta,
             }
         )
+
+    def _images(self, req: GenerateRequest, image_data: Any) -> str | None:
+        """Pair ``image_data`` with the image-token runs of the ids; the problem, or None."""
+        from coding_agent_rl.multimodal.buffer import merge_chunks
+        from coding_agent_rl.multimodal.images import ImageError, ImageLimits, load_image
+
+        if self.vision is None:
+            return "image_data given but this policy server has no image processor"
+        if not isinstance(image_data, list) or not all(isinstance(x, str) for x in image_data):
+            return "image_data must be a list of strings (data URLs or base64)"
+        try:
+            refs = [
+                load_image(x, ImageLimits(), f"image_data[{i}]") for i, x in enumerate(image_data)
+            ]
+            runs = self.vision.runs(req.input_ids)
+        except (ImageError, ValueError) as e:
+            return str(e)
+        items = self.vision.process(refs)
+        if len(runs) != len(items):
+            return f"{len(runs)} image-token runs in input_ids for {len(items)} image_data entries"
+        for n, (run, item) in enumerate(zip(runs, items, strict=True)):
+            if run != item.tokens:
+                return (
+                    f"image {n}: {run} image tokens in input_ids, the processor makes {item.tokens}"
+                )
+        req.image_data = list(image_data)
+        req.image_inputs = merge_chunks([item.train for item in items])
+        return None
 
     async def _abort(self, request: web.Request) -> web.Response:
         try:

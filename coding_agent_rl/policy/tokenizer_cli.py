@@ -1,11 +1,13 @@
-"""``coding-agent-rl tokenizer qwen3 --out DIR``: write the offline-built Qwen3 tokenizer."""
+"""``coding-agent-rl tokenizer qwen3 --out DIR``: write the offline-built Qwen3 tokenizer;
+``coding-agent-rl tokenizer tiny-vlm --out DIR``: a tiny random-weight Qwen2-VL checkpoint on that
+tokenizer (tokenizer, image processor, weights; ``policy/tiny_vlm.py``) for ``hf:DIR``."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-BUILDERS = ("qwen3",)
+BUILDERS = ("qwen3", "tiny-vlm")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,6 +23,13 @@ def run(args: argparse.Namespace) -> int:
 
     if args.out is not None and args.out.exists() and not args.out.is_dir():
         raise UserError(f"--out {args.out} exists and is not a directory")
+    if args.name == "tiny-vlm":
+        if args.out is None:
+            raise UserError("tiny-vlm needs --out DIR")
+        from coding_agent_rl.policy.tiny_vlm import build_tiny_vlm
+
+        print(build_tiny_vlm(args.out))
+        return 0
     try:
         if args.out is None:
             path = tokenizer.qwen3_tokenizer_dir()

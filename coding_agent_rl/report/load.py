@@ -87,6 +87,14 @@ def _read_summary(run_dir: Path, warnings: list[str]) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _drop_media(sample: dict[str, Any]) -> None:
+    """The report shows how many images a sample holds, not their bytes or tensors."""
+    sample.pop("multimodal_train_inputs", None)
+    images = (sample.get("multimodal_inputs") or {}).get("images")
+    if images is not None:
+        sample["multimodal_inputs"] = {"images": len(images)}
+
+
 def _light(sample: dict[str, Any]) -> dict[str, Any]:
     """A sample without its token arrays (for rollouts whose detail is not embedded)."""
     mask = sample.get("loss_mask") or []
@@ -129,6 +137,7 @@ def load_run(run_dir: str | Path, *, max_detail: int | None = None) -> RunData:
 
     orphans = 0
     for sample in _read_jsonl(root / SAMPLES_FILE, warnings):
+        _drop_media(sample)
         rid = _id_key(sample.get("rollout_id"))
         rollout = by_id.get(rid) if rid else None
         if rollout is None:

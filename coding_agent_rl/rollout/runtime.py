@@ -7,6 +7,7 @@ import logging
 import os
 from typing import Any
 
+from coding_agent_rl.multimodal.parts import ImageSettings
 from coding_agent_rl.rollout.config import RolloutConfig
 from coding_agent_rl.rollout.runner import RolloutRunner
 
@@ -26,6 +27,8 @@ class RuntimeConfig:
     harness_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
     in_thread: bool = False  # serve the adapter from its own thread (slime's event loop is busy)
+    vision: str | None = None  # a VLM checkpoint (image processor); default: an hf: VLM policy's
+    images: ImageSettings = dataclasses.field(default_factory=ImageSettings)  # limits, text-only
 
     def __post_init__(self) -> None:
         if bool(self.sglang_url) == bool(self.policy):
@@ -44,6 +47,7 @@ class Runtime:
         self.runner: RolloutRunner | None = None
         self.tokenizer: Any = None
         self.engine: Any = None  # the native agent's SGLang client
+        self.vision: Any = None  # the VLM's VisionProcessor (None: a text-only policy)
 
     async def start(self) -> Runtime:
         from coding_agent_rl.adapter.render import Renderer
@@ -62,12 +66,15 @@ class Runtime:
         self.tokenizer = load_tokenizer(cfg.tokenizer)
         sglang_url = cfg.sglang_url
         on_open = None
+        self.vision = self._load_vision()
         if cfg.policy:
             from coding_agent_rl.policy.cli import load_policy
             from coding_agent_rl.policy.server import PolicyServer
 
             policy = load_policy(cfg.policy)
-            self.policy_server = PolicyServer(policy, self.tokenizer, cfg.tool_parser)
+            self.policy_server = PolicyServer(
+                policy, self.tokenizer, cfg.tool_parser, vision=self.vision
+            )
             sglang_url = await self.policy_server.start("127.0.0.1", 0)
             if policy.name == "replay":
                 server = self.policy_server
@@ -88,6 +95,8 @@ class Runtime:
                 max_context=cfg.rollout.max_context,
                 sampling_defaults=sampling,
                 model_name=cfg.rollout.model_name,
+                images=cfg.images,
+                vision=self.vision,
             )
         )
         bind = network.bind_host()
@@ -116,6 +125,17 @@ class Runtime:
         )
         return self
 
+    def _load_vision(self) -> Any:
+        """The image processor: ``vision``, else the hf: policy's directory when it is a VLM."""
+        from coding_agent_rl.multimodal.processor import VisionProcessor
+        from coding_agent_rl.policy.tiny_vlm import is_vision_checkpoint
+
+        path = self.config.vision
+        policy = self.config.policy or ""
+        if path is None and policy.startswith("hf:") and is_vision_checkpoint(policy[3:]):
+            path = policy[3:]
+        return None if path is None else VisionProcessor.load(path, self.tokenizer)
+
     def _native_runner(self, sglang_url: str | None, on_open: Any) -> Any:
         from coding_agent_rl.adapter.sglang import SGLangClient
         from coding_agent_rl.env.encoding import ChatEncoder
@@ -126,7 +146,7 @@ class Runtime:
         self.engine = SGLangClient(sglang_url)
         return NativeRunner(
             engine=self.engine,
-            encoder=ChatEncoder(self.tokenizer),
+            encoder=ChatEncoder(self.tokenizer, vision=self.vision, images=cfg.images),
             config=cfg.rollout,
             options=NativeOptions(**cfg.harness_options),
             tool_parser=cfg.tool_parser,

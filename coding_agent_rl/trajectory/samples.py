@@ -24,6 +24,9 @@ Rules:
 * Order: subagent, wipe (and aux) samples by their chain's leaf, oldest first; ``final`` last.
 * Weight versions: ``weight_versions`` gets one entry per trained turn, in order: the
   ``weight_version`` SGLang reported for it (turns without one add nothing).
+* Images: a sample holds the images whose token runs lie in its tokens (the first ones of its
+  last turn's ``images``, in prompt order): ``multimodal_inputs = {"images": [data URL, ...]}``
+  and ``multimodal_train_inputs`` = their processor tensors, concatenated once per key.
 * Reward: see :mod:`.reward` (``full`` or ``split``; ``metadata.rollout_reward`` always set).
   ``rollout_id`` = ``base.rollout_id``, else ``base.index``, else the session id.
 """
@@ -34,6 +37,7 @@ import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from coding_agent_rl.multimodal.buffer import merge_chunks
 from coding_agent_rl.trajectory.drift import DEFAULT_REALIGN_MAX, Continuation, Drift
 from coding_agent_rl.trajectory.reward import RewardMode, assign_reward
 from coding_agent_rl.trajectory.segments import (
@@ -193,10 +197,29 @@ def build_samples(
                 remove_sample=False,
                 weight_versions=[*base.weight_versions, *_versions(d)],
                 metadata={**base.metadata, **_labels(seg, d, i, len(drafts))},
+                **_media(d),
             )
         )
     assign_reward(samples, reward, reward_mode)
     return samples
+
+
+def _media(d: _Draft) -> dict[str, Any]:
+    """The sample's multimodal fields: the last turn's images that its tokens still hold."""
+    leaf = d.turns[-1]
+    if not leaf.images:
+        return {}
+    held = [
+        item
+        for item, end in zip(leaf.images, leaf.image_ends, strict=False)
+        if end <= len(d.tokens)
+    ]
+    if not held:
+        return {}
+    return {
+        "multimodal_inputs": {"images": [item.ref.data_url for item in held]},
+        "multimodal_train_inputs": merge_chunks([item.train for item in held]),
+    }
 
 
 def _versions(d: _Draft) -> list[str]:

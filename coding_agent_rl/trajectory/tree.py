@@ -22,6 +22,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from coding_agent_rl.multimodal.parts import content_key
 from coding_agent_rl.trajectory.drift import DEFAULT_REALIGN_MAX, Continuation, Drift, classify
 from coding_agent_rl.trajectory.turn import Turn
 
@@ -60,7 +61,9 @@ def message_key(message: dict[str, Any]) -> str:
     ignored (clients drop or keep them at will; the recorded tokens are what count).
     """
     role = message.get("role")
-    parts: list[Any] = [role, text_of(message.get("content")).strip()]
+    content = message.get("content")
+    key = content_key(content) if isinstance(content, list) else text_of(content).strip()
+    parts: list[Any] = [role, key]
     if role == "assistant":
         calls = []
         for call in message.get("tool_calls") or []:

@@ -4,7 +4,8 @@ Messages are *canonical*: the OpenAI-chat-like dicts chat templates consume, wha
 format the agent spoke, with wire ids dropped so that equality means "the same conversation":
 
 * ``{"role": "system", "content": str}``
-* ``{"role": "user", "content": str}``
+* ``{"role": "user", "content": str}`` (or, when it shows images, a list of text parts and the
+  client's image parts: ``adapter/images.py``; tool messages likewise)
 * ``{"role": "assistant", "content": str, "reasoning_content": str (optional),
   "tool_calls": [{"type": "function", "function": {"name": str, "arguments": dict}}]}``
 * ``{"role": "tool", "name": str (optional), "content": str}``
@@ -36,11 +37,23 @@ class Turn:
     created_at: float = dataclasses.field(default_factory=time.time)
     latency_s: float = 0.0
     weight_version: str | None = None  # SGLang's meta_info.weight_version for this turn
+    # Every image in prompt_ids, in order (multimodal.ImageItem: the image, its processor tensors,
+    # its token count; items of earlier turns shared, not copied) and where each image's token
+    # run ends in prompt_ids. Sent as SGLang's image_data; a sample takes the ones it holds.
+    images: list[Any] = dataclasses.field(default_factory=list)
+    image_ends: list[int] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """JSON-ready (images as their count: their tensors go to the samples)."""
+        images, self.images = self.images, []
+        try:
+            d = dataclasses.asdict(self)
+        finally:
+            self.images = images
+        d["images"] = len(images)
+        return d
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Turn:
-        names = {f.name for f in dataclasses.fields(cls)}
+        names = {f.name for f in dataclasses.fields(cls)} - {"images"}
         return cls(**{k: v for k, v in data.items() if k in names})

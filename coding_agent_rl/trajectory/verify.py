@@ -5,6 +5,11 @@ the log prob of trained token ``p`` is ``log_softmax(logits[p - 1] / temperature
 compared with ``rollout_log_probs``. The LM head runs only on the trained positions, in chunks,
 so a long agent sample never materialises a ``length x vocab`` logits matrix.
 
+A vision-language checkpoint rescores a sample with images through its full model: the sample's
+own ``multimodal_train_inputs`` (``pixel_values``, ``image_grid_thw``: the tensors training would
+use) and ``mm_token_type_ids`` from its image tokens; so a wrong tensor, a wrong image order or a
+wrong token expansion shows up as a logprob mismatch.
+
 ``torch`` and ``transformers`` are imported only when a model is loaded.
 """
 
@@ -61,10 +66,38 @@ def read_samples(path: str | pathlib.Path) -> list[Sample]:
 
 def load_model(model_dir: str | pathlib.Path, *, dtype: str = "float32", device: str = "cpu"):
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=getattr(torch, dtype))
+    from coding_agent_rl.policy.tiny_vlm import is_vision_checkpoint
+
+    auto = AutoModelForImageTextToText if is_vision_checkpoint(model_dir) else AutoModelForCausalLM
+    model = auto.from_pretrained(str(model_dir), dtype=getattr(torch, dtype))
     return model.to(device).eval()
+
+
+def _hidden(model: Any, sample: Sample, ids: Any) -> Any:
+    """Last hidden states ``[len, hidden]``; a VLM gets the sample's image tensors."""
+    mm = sample.multimodal_train_inputs or {}
+    vision = getattr(model.config, "vision_config", None) is not None
+    if not vision:
+        if mm:
+            raise ValueError("the sample carries images: rescore it with its vision-language model")
+        return model.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state[0]
+    pad = model.config.image_token_id
+    has_tokens = bool((ids == pad).any())
+    if has_tokens != ("pixel_values" in mm):
+        raise ValueError(
+            "the sample's image tokens and its multimodal_train_inputs do not go together"
+        )
+    kwargs: dict[str, Any] = {}
+    if has_tokens:
+        device = ids.device
+        kwargs = {
+            "pixel_values": mm["pixel_values"].to(device),
+            "image_grid_thw": mm["image_grid_thw"].to(device),
+            "mm_token_type_ids": (ids == pad).long(),
+        }
+    return model.model(input_ids=ids, use_cache=False, **kwargs).last_hidden_state[0]
 
 
 def rescore(model: Any, sample: Sample, *, temperature: float = 1.0) -> list[float | None]:
@@ -86,7 +119,7 @@ def rescore(model: Any, sample: Sample, *, temperature: float = 1.0) -> list[flo
     ids = torch.tensor([sample.tokens], dtype=torch.long, device=device)
     softcap = getattr(model.config, "final_logit_softcapping", None)
     with torch.no_grad():
-        hidden = model.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state[0]
+        hidden = _hidden(model, sample, ids)
         head = model.get_output_embeddings()
         for lo in range(0, len(positions), HEAD_CHUNK):
             chunk = positions[lo : lo + HEAD_CHUNK]

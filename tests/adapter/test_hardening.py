@@ -15,7 +15,7 @@ import pytest
 from adapter_clients import BASH, post, recorded
 
 from coding_agent_rl.adapter import handler as handler_mod
-from coding_agent_rl.adapter.handler import body_limit
+from coding_agent_rl.adapter.handler import body_limit, image_allowance
 from coding_agent_rl.adapter.sessions import KEY_BITS, new_session_id
 
 ANTHROPIC = {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
@@ -64,28 +64,31 @@ async def test_no_body_is_read_before_the_session_is_authenticated(scripted_stac
     assert await raw_request(url, big_head("/v1/messages", None), wait=2.0) == b""
 
 
-async def test_a_50_mib_body_is_refused_unread_with_413(scripted_stack, monkeypatch):
+async def test_a_body_over_the_limit_is_refused_unread_with_413(scripted_stack, monkeypatch):
     adapter, _, url = await scripted_stack({"steps": []}, max_context=32768)
     adapter.sessions.open("s1")
-    assert adapter.max_body == body_limit(32768) == 4 << 20
+    limits = adapter.config.images.limits
+    allowance = image_allowance(limits.max_bytes, limits.max_per_sample)
+    assert adapter.max_body == body_limit(32768, allowance) == (4 << 20) + allowance
+    over = adapter.max_body + (1 << 20)
     t0 = time.monotonic()
-    reply = await raw_request(url, big_head("/v1/messages", "s1"))
+    reply = await raw_request(url, big_head("/v1/messages", "s1", over))
     assert reply.startswith(b"HTTP/1.1 413") and time.monotonic() - t0 < 2.0, reply[:200]
     assert b"request_too_large" in reply
     # Streamed (no Content-Length): cut off at the limit while it arrives.
     status, _, text = await post(
         f"{url}/v1/messages",
         None,
-        raw=json.dumps({**ANTHROPIC, "pad": "x" * (5 << 20)}).encode(),
+        raw=json.dumps({**ANTHROPIC, "pad": "x" * over}).encode(),
     )
     assert status == 413 and "request_too_large" in text
     assert await recorded(adapter, "s1") == []
     # The session is unharmed: its next request is served.
     assert (await post(f"{url}/v1/messages", ANTHROPIC))[0] == 200
 
-    # Defence off (the old 64 MiB limit): the server waits for the 50 MiB instead.
-    adapter.handler.max_body = 64 << 20
-    assert await raw_request(url, big_head("/v1/messages", "s1"), wait=2.0) == b""
+    # Defence off (a limit above the announced size): the server waits for the body instead.
+    adapter.handler.max_body = over + (64 << 20)
+    assert await raw_request(url, big_head("/v1/messages", "s1", over), wait=2.0) == b""
 
 
 @pytest.mark.parametrize(

@@ -92,7 +92,12 @@ def test_anthropic_request_to_canonical():
                 {"type": "function", "function": {"name": "Bash", "arguments": {"command": "ls"}}},
             ],
         },
-        {"role": "tool", "name": "Read", "content": "line1\n[image omitted]"},
+        {
+            "role": "tool",
+            "name": "Read",
+            # R2-8: the image block is kept; the turn engine decodes, bounds and renders it
+            "content": [{"type": "text", "text": "line1"}, {"type": "image", "source": {}}],
+        },
         {"role": "tool", "name": "Bash", "content": "Error: boom"},
         {"role": "user", "content": "keep going\n<system-reminder>\nlate note\n</system-reminder>"},
     ]
@@ -153,7 +158,13 @@ def test_chat_request_to_canonical():
     req = OpenAIChat().parse(body)
     assert req.messages == [
         {"role": "system", "content": "dev rules"},
-        {"role": "user", "content": "look\n[image omitted]"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "look"},
+                {"type": "image_url", "image_url": {"url": "data:"}},
+            ],
+        },
         {
             "role": "assistant",
             "content": "",

@@ -5,7 +5,8 @@ It is written the way a slime user writes one: ``BaseInteractionEnv`` subclass, 
 from the text, ``build_env(sample=..., args=...)``. Knobs in ``sample.metadata["calc"]`` make it
 misbehave on purpose: ``fail_turns`` (turn indexes whose first step attempt raises), ``fail``
 (``"always"`` | ``"fatal"``), ``reset_on_fail``, ``pad`` (characters added to each observation),
-``images`` (an observation with ``multi_modal_data``), ``async`` (async methods).
+``images`` (an observation with ``multi_modal_data``: a path that does not exist), ``png`` (a
+real PNG per observation), ``async`` (async methods).
 """
 
 from __future__ import annotations
@@ -86,6 +87,10 @@ class CalcEnv(BaseInteractionEnv):
         obs: dict[str, Any] = {"obs_str": "\n".join(out) + "x" * int(self.knobs.get("pad", 0))}
         if self.knobs.get("images"):
             obs["multi_modal_data"] = {"image": ["/tmp/plot.png"]}
+        if self.knobs.get("png"):  # a real rendered plot (PNG bytes), one per step
+            from vision_helpers import png
+
+            obs["multi_modal_data"] = {"image": [png(28 * self.turn, 28)]}
         return obs, False, {"tool": "add"}
 
     def format_observation(self, observation):

@@ -171,9 +171,13 @@ def test_delta_equals_full_render_on_random_text(tok, replies):
     assert tokens == hf_render(tok, history, TOOLS)
 
 
-def test_images_are_refused_by_the_text_encoder(encoder):
+def test_images_reach_the_text_encoder_as_text_never_dropped(encoder, tokenizer):
+    """R2-8: a text-only encoder answers an image it cannot decode with why, and with
+    ``text_only="refuse"`` refuses images with a clear error (tests/env/test_images_native.py
+    covers decodable images and the VLM path)."""
+
     message = {"role": "user", "content": [{"type": "image", "image": "x.png"}, {"type": "text", "text": "see"}]}  # fmt: skip
-    with pytest.raises(ObservationError, match="images"):
-        encoder.observation([1, 2], "stop", message, None)
+    ids = encoder.observation([1, 2], "stop", message, None).ids
+    assert "[image not shown: image: invalid base64 data]\nsee" in tokenizer.decode(ids)
     with pytest.raises(ObservationError, match="message dict"):
         encoder.observation([1, 2], "stop", "just text", None)

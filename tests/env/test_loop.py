@@ -246,10 +246,15 @@ async def test_policy_server_down_is_infra(scripted_engine, encoder):
     assert (ep.status, ep.end, ep.failure_kind) == ("aborted", "policy_error", "infra")
 
 
-async def test_image_observation_needs_a_multimodal_encoder(scripted_engine, encoder):
+async def test_image_observation_reaches_a_text_encoder_as_text(
+    scripted_engine, encoder, tokenizer
+):
+    """R2-8: an image the text-only encoder cannot show is answered in words, never dropped and
+    never an infra failure (the env's "/tmp/plot.png" does not exist here: not decodable)."""
     ep, _ = await episode(scripted_engine, encoder, CalcEnv(images=True))
-    assert (ep.status, ep.end, ep.failure_kind) == ("aborted", "bad_observation", "infra")
-    assert "images" in ep.reason
+    assert (ep.status, ep.end) == ("completed", "done")
+    assert "[image not shown: image: invalid base64 data]" in tokenizer.decode(ep.response_ids)
+    assert ep.image_data == [] and ep.multimodal_train_chunks == []
 
 
 async def test_per_turn_events_are_logged(scripted_engine, encoder, caplog):

@@ -12,6 +12,7 @@ import uuid
 import pytest
 from calc_env import TOOLS
 from slime_path import RM_CALLS, SlimeSample, generate_and_rm, train_data
+from vision_helpers import png
 
 from coding_agent_rl.env import generate as env_generate
 from coding_agent_rl.policy.tokenizer import qwen3_tokenizer_dir
@@ -124,3 +125,24 @@ async def test_misconfiguration_is_one_clear_line_per_sample(served, tmp_path, c
     args = slime_args(served, tmp_path, **change)
     out = await env_generate.generate(args, calc_sample(4), dict(SAMPLING))
     assert out.status is SlimeSample.Status.ABORTED and words in out.metadata["abort_reason"]
+
+
+async def test_vlm_checkpoint_images_reach_slimes_sample(
+    scripted_engine, fresh_env_generate, tmp_path, tiny_vlm_dir, vision
+):
+    """R2-8 through slime's path: ``hf_checkpoint`` is a VLM (it has an image processor), the
+    env's observations carry plots; slime's own Sample comes back with ``multimodal_inputs`` and
+    ``multimodal_train_inputs`` (the processor's tensors for the images its tokens hold), and the
+    engine (a VLM stand-in that pairs ``image_data`` with the image-token runs) got them."""
+    client, server = await scripted_engine(SOLVE)
+    server.vision = vision
+    args = slime_args(client.base_url, tmp_path, hf_checkpoint=str(tiny_vlm_dir))
+    sample = calc_sample(0, png=True)
+    out = await generate_and_rm(args, sample, dict(SAMPLING))
+    assert isinstance(out, SlimeSample) and out.status == SlimeSample.Status.COMPLETED, out.metadata
+    assert len(out.multimodal_inputs["images"]) == 1  # one observation before the answer
+    (item,) = vision.process_bytes([png(28, 28)])
+    assert vision.runs(out.tokens) == [item.tokens]
+    assert out.multimodal_train_inputs["pixel_values"].equal(item.train["pixel_values"])
+    assert [len(r["image_data"]) for r in server.requests] == [0, 1]
+    train_data([out])

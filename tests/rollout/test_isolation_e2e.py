@@ -6,7 +6,7 @@ a control rollout that must still solve its task.
   reason names the limit, within seconds;
 * connecting to listeners the test opens on every address of this host: nothing connects, names
   do not resolve;
-* the adapter from inside: no key, a live session's key that is not the sandbox's own, a 50 MiB
+* the adapter from inside: no key, a live session's key that is not the sandbox's own, a 64 MiB
   body, malformed fields: 401, 401, 413, 400 (its own key still works: 200);
 * the host stays healthy: available memory and process count before and after.
 
@@ -74,7 +74,7 @@ def call(path, key, body=None):
 out = {
     "no_key": call("/v1/models", None),
     "decoy_key": call("/v1/models", "DECOY"),
-    "body_50mib": call("/v1/messages", own, b'{"pad": "' + b"x" * (50 << 20) + b'"}'),
+    "body_64mib": call("/v1/messages", own, b'{"pad": "' + b"x" * (64 << 20) + b'"}'),
     "malformed": call("/v1/messages", own, json.dumps({"model": "m", "max_tokens": "lots", "messages": "hi"}).encode()),
     "own_key": call("/v1/models", own),
 }
@@ -255,7 +255,7 @@ def test_the_adapter_refuses_everything_but_the_sandboxs_own_session(batch):
     assert statuses == {
         "no_key": 401,
         "decoy_key": 401,
-        "body_50mib": 413,
+        "body_64mib": 413,
         "malformed": 400,
         "own_key": 200,
     }, statuses
