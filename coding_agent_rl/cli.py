@@ -11,6 +11,7 @@ import importlib
 import logging
 import sys
 
+from coding_agent_rl import settings
 from coding_agent_rl.errors import UserError
 
 # name -> (module, one-line help)
@@ -75,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     args = sub.parse_args(rest)
     args.verbose = top.verbose
     try:
-        return int(module.run(args) or 0)
+        with settings.using(settings.load()):  # the environment, read once for the command
+            return int(module.run(args) or 0)
     except UserError as e:
         print(f"coding-agent-rl {top.command}: error: {e}", file=sys.stderr)
         return 2

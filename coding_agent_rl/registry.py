@@ -6,13 +6,15 @@ import importlib
 from importlib import metadata
 from typing import Any
 
-
-class UnknownName(ValueError):
-    pass
+from coding_agent_rl.errors import UserError
 
 
-class MissingExtra(ImportError):
-    pass
+class UnknownName(UserError, ValueError):
+    """No entry of that name (the message lists the known ones and those that failed to load)."""
+
+
+class MissingExtra(UserError, ImportError):
+    """The entry needs an optional dependency (the message names the pip extra)."""
 
 
 class Registry:

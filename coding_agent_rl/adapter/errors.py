@@ -8,9 +8,15 @@ error a request provoked are not — the agent can send any of those on demand w
 
 from __future__ import annotations
 
+from coding_agent_rl.errors import CodingAgentRLError
 
-class AdapterError(Exception):
-    """An HTTP error for the agent CLI. ``kind`` is wire-neutral; the wire class maps it."""
+
+class AdapterError(CodingAgentRLError):
+    """An HTTP error for the agent CLI. ``kind`` is wire-neutral; the wire class maps it.
+    A request error is the agent's doing (``failure_kind`` model) unless a subclass says not."""
+
+    failure_kind = "model"
+    default_stage = "adapter"
 
     status = 500
     kind = "api_error"
@@ -61,6 +67,9 @@ class UpstreamError(AdapterError):
     """SGLang failed or could not be reached (after retries). ``confirmed``: a health probe of
     the policy server failed right after (see :attr:`AdapterError.infra_evidence`)."""
 
+    failure_kind = "infra"
+    default_stage = "policy"
+
     status, kind = 502, "api_error"
 
     def __init__(self, message: str, *, status: int | None = None, confirmed: bool = False):
@@ -71,6 +80,8 @@ class UpstreamError(AdapterError):
 class PolicyAborted(AdapterError):
     """The policy server answered ``finish_reason: abort`` to a request we did not abort (the
     trainer aborted its engines): the session ends; the CLI must not retry."""
+
+    failure_kind = "aborted"
 
     status, kind = 503, "overloaded_error"
 

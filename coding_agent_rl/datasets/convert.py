@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from coding_agent_rl.datasets.schema import parse_row
+from coding_agent_rl.errors import TaskDataError
 
 SOURCES = ("swebench", "swe-gym", "swe-rebench", "swe-smith", "r2e-gym", "harbor")
 DEFAULT_IMAGES = {
@@ -49,8 +50,8 @@ CONDA = (
 )
 
 
-class ConvertError(ValueError):
-    pass
+class ConvertError(TaskDataError):
+    """A source record that cannot be converted; the message names the record."""
 
 
 def read_records(path: pathlib.Path) -> Iterator[dict[str, Any]]:

@@ -20,6 +20,9 @@ import threading
 
 import git
 
+from coding_agent_rl import settings
+from coding_agent_rl.errors import CodingAgentRLError
+
 _LOCKS: dict[str, threading.Lock] = {}
 _LOCKS_GUARD = threading.Lock()
 _FRESH: set[str] = set()  # sources cloned or fetched by this process
@@ -29,12 +32,14 @@ _ENV = {  # fixed identity: the clone never commits, but hooks and config must n
 }
 
 
-class RepoSourceError(RuntimeError):
+class RepoSourceError(CodingAgentRLError, RuntimeError):
     """The repository (or its base commit) cannot be had from the source."""
+
+    default_stage = "images"
 
 
 def cache_dir() -> pathlib.Path:
-    root = os.environ.get("CODING_AGENT_RL_CACHE") or os.path.expanduser("~/.cache/coding-agent-rl")
+    root = settings.current().cache_root
     return pathlib.Path(root) / "repos"
 
 

@@ -35,8 +35,10 @@ import dataclasses
 import inspect
 from typing import Any
 
+from coding_agent_rl.errors import EnvFailure
 
-class EnvError(Exception):
+
+class EnvError(EnvFailure):
     """An environment failure that is not the model's. Retried within the turn's budget;
     ``reset=True`` makes the loop call ``env.reset()`` before the retry."""
 

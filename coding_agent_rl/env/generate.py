@@ -28,6 +28,7 @@ import sys
 import uuid
 from typing import Any
 
+from coding_agent_rl import settings
 from coding_agent_rl.env.base import call
 from coding_agent_rl.env.episode import ABORTED, LoopConfig
 from coding_agent_rl.env.loop import run_episode
@@ -99,7 +100,8 @@ def load_env_module(target: str) -> Any:
 
 
 class _State:
-    """Per process: the encoder and the SGLang client."""
+    """Per process: the settings (read once, installed for the process), the encoder and the
+    SGLang client."""
 
     def __init__(self, args: Any):
         from coding_agent_rl.adapter.sglang import SGLangClient
@@ -107,6 +109,8 @@ class _State:
         from coding_agent_rl.multimodal.processor import VisionProcessor, has_image_processor
         from coding_agent_rl.policy.tokenizer import load_tokenizer
 
+        self.settings = settings.load()
+        settings.install(self.settings)
         checkpoint = getattr(args, "hf_checkpoint", None)
         self.tokenizer = load_tokenizer(checkpoint or "qwen3")
         kwargs = getattr(args, "apply_chat_template_kwargs", None) or None

@@ -17,6 +17,8 @@ import re
 import types
 import xml.etree.ElementTree as ET
 
+from coding_agent_rl.errors import GradingError
+
 PARSERS = ("pytest", "junit", "swebench", "r2e", "swepro")
 STATUSES = ("PASSED", "FAILED", "ERROR", "SKIPPED", "XFAIL", "XPASS")
 _RANK = {"PASSED": 0, "XFAIL": 1, "SKIPPED": 2, "XPASS": 3, "FAILED": 4, "ERROR": 5}
@@ -26,7 +28,7 @@ _RULE = re.compile(r"^=+ .* =+\s*$")
 _VERBOSE = re.compile(r"^(\S+::\S.*?) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)(?: .*)?$")
 
 
-class ParserUnavailable(RuntimeError):
+class ParserUnavailable(GradingError):
     """The parser needs a package that is not installed (e.g. ``swebench``)."""
 
 

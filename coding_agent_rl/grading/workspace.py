@@ -19,6 +19,7 @@ import shlex
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from coding_agent_rl.errors import GradingError
 from coding_agent_rl.sandbox.base import ExecResult, Sandbox
 
 if TYPE_CHECKING:  # the schema imports grading.patchfiles; avoid the cycle at runtime
@@ -39,8 +40,10 @@ BASE_MARK = "CAR-BASE "
 q = shlex.quote
 
 
-class WorkspaceError(RuntimeError):
+class WorkspaceError(GradingError):
     """The task could not be brought to its base state (an infrastructure / task-data failure)."""
+
+    default_stage = "workspace"
 
 
 async def run_checked(

@@ -12,7 +12,6 @@ import abc
 import base64
 import dataclasses
 import json
-import os
 import pathlib
 import posixpath
 import re
@@ -20,6 +19,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
+from coding_agent_rl import settings
+from coding_agent_rl.errors import HarnessError
 from coding_agent_rl.harness import launch
 from coding_agent_rl.harness.agent_user import agent_user_script, default_home
 from coding_agent_rl.harness.cache import (
@@ -47,7 +48,7 @@ INLINE_CONFIG_BYTES = 48 * 1024  # config files up to this size travel inside th
 AGENT_LOG_CAP = 2 * 1024 * 1024  # bytes of the agent's log copied to the host (its tail)
 
 
-class HarnessConfigError(ValueError):
+class HarnessConfigError(HarnessError, ValueError):
     """A harness option or one of its environment variables is malformed."""
 
 
@@ -96,8 +97,9 @@ class AgentRun:
 
 
 def json_env(name: str, kind: type) -> object | None:
-    """Parse env var ``name`` as JSON of ``kind``; a bad value is an error naming the variable."""
-    raw = os.environ.get(name)
+    """Parse the harness variable ``name`` (``settings.agent_vars``) as JSON of ``kind``; a bad
+    value is an error naming the variable."""
+    raw = settings.current().agent_var(name)
     if not raw:
         return None
     try:
@@ -111,7 +113,7 @@ def json_env(name: str, kind: type) -> object | None:
 
 def args_from_env(name: str) -> list[str]:
     """Extra CLI args: a JSON list of strings, or shell words (slime's format)."""
-    raw = os.environ.get(name, "").strip()
+    raw = (settings.current().agent_var(name) or "").strip()
     if raw.startswith("["):
         value = json_env(name, list)
         if not all(isinstance(a, str) for a in value or []):

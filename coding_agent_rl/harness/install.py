@@ -19,6 +19,7 @@ import shlex
 import time
 from typing import Literal
 
+from coding_agent_rl.errors import HarnessError
 from coding_agent_rl.harness import cache
 from coding_agent_rl.sandbox.base import Sandbox
 
@@ -30,7 +31,7 @@ LOCAL_BACKENDS = frozenset({"docker", "local"})  # uploads that never leave this
 Upload = Literal["auto", "raw", "gzip"]
 
 
-class InstallError(RuntimeError):
+class InstallError(HarnessError):
     """The CLI could not be installed or does not run in the sandbox."""
 
 

@@ -17,14 +17,15 @@ Binding on the gateway (not 0.0.0.0) keeps the adapter off every other interface
 
 from __future__ import annotations
 
-import os
 import shlex
 import urllib.parse
 
+from coding_agent_rl import settings
+from coding_agent_rl.errors import HarnessError
 from coding_agent_rl.sandbox.base import Sandbox
 
 
-class AdapterUnreachable(RuntimeError):
+class AdapterUnreachable(HarnessError):
     """The sandbox cannot open a TCP connection to the adapter (an infrastructure failure)."""
 
 
@@ -39,7 +40,7 @@ def adapter_bind_host(backend: str, network: str = "bridge") -> str:
 
     ``network``: the Docker network the sandboxes join (their ``network`` option).
     """
-    env = os.environ.get("ADAPTER_BIND_HOST")
+    env = settings.current().adapter_bind_host
     if env:
         return env
     if backend == "docker":
@@ -52,7 +53,7 @@ def adapter_bind_host(backend: str, network: str = "bridge") -> str:
 
 def adapter_public_host(backend: str, network: str = "bridge") -> str:
     """The adapter's host as a sandbox of ``backend`` sees it."""
-    env = os.environ.get("ADAPTER_PUBLIC_HOST")
+    env = settings.current().adapter_public_host
     if env:
         return env
     if backend == "docker":

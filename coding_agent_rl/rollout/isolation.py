@@ -20,21 +20,20 @@ the rollout record says so).
 from __future__ import annotations
 
 import dataclasses
-import os
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from coding_agent_rl import settings
 from coding_agent_rl.sandbox import BACKENDS, Sandbox
 from coding_agent_rl.sandbox.base import NETWORK_MODES, NetworkNeedsAddress, NetworkUnsupported
 
-AGENT_NETWORK_ENV = "CODING_AGENT_RL_AGENT_NETWORK"
 DEFAULT_AGENT_NETWORK = "adapter-only"
 
 
 def agent_network_mode(value: str | None = None) -> str:
-    """``value``, else ``$CODING_AGENT_RL_AGENT_NETWORK``, else ``adapter-only``; checked."""
-    mode = value or os.environ.get(AGENT_NETWORK_ENV) or DEFAULT_AGENT_NETWORK
+    """``value``, else ``settings.agent_network``, else ``adapter-only``; checked."""
+    mode = value or settings.current().agent_network or DEFAULT_AGENT_NETWORK
     if mode not in NETWORK_MODES:
         raise ValueError(f"agent network {mode!r}: expected one of {', '.join(NETWORK_MODES)}")
     return mode
@@ -82,7 +81,7 @@ class AgentNetwork:
         from coding_agent_rl.harness.network import adapter_bind_host
 
         if self.inside:
-            return os.environ.get("ADAPTER_BIND_HOST") or "127.0.0.1"
+            return settings.current().adapter_bind_host or "127.0.0.1"
         return adapter_bind_host(self.backend, self._bridge())
 
     def public_url(self, port: int) -> str:

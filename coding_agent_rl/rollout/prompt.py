@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import string
+
+from coding_agent_rl import settings
 
 PROBLEM_FILE = "PROBLEM_STATEMENT.md"
 
@@ -21,9 +22,9 @@ $problem_statement
 
 
 def render_prompt(problem_statement: str, workdir: str, template: str | None = None) -> str:
-    """``template`` (or ``$SWE_CC_PROMPT``, slime's name) uses ``$workdir``,
+    """``template`` (or ``settings.prompt_template``: ``$SWE_CC_PROMPT``, slime's name) uses ``$workdir``,
     ``$problem_statement`` and ``$problem_file``; ``{problem_statement}`` style works too."""
-    template = template or os.environ.get("SWE_CC_PROMPT") or DEFAULT_TEMPLATE
+    template = template or settings.current().prompt_template or DEFAULT_TEMPLATE
     values = {
         "workdir": workdir,
         "problem_statement": problem_statement,

@@ -20,12 +20,10 @@ import pathlib
 import socket
 from typing import Any, NamedTuple
 
+from coding_agent_rl.errors import SandboxError, UserError
+
 DEFAULT_OUTPUT_CAP = 10 * 1024 * 1024
 TRUNCATION_MARKER = "\n[... output truncated by coding-agent-rl: {n} bytes dropped ...]\n"
-
-
-class SandboxError(RuntimeError):
-    """An infrastructure failure of the sandbox layer (never the model's fault)."""
 
 
 class SandboxCreateError(SandboxError):
@@ -47,7 +45,7 @@ class SandboxFileNotFound(SandboxError, FileNotFoundError):
 NETWORK_MODES = ("adapter-only", "open", "none")
 
 
-class NetworkUnsupported(ValueError):
+class NetworkUnsupported(UserError, ValueError):
     """The backend cannot give its sandboxes the asked-for network mode (the message says why)."""
 
 

@@ -24,6 +24,7 @@ import docker.errors
 import docker.types
 import requests.exceptions
 
+from coding_agent_rl import settings
 from coding_agent_rl.sandbox import cgroups, docker_files
 from coding_agent_rl.sandbox import docker_engine as engine
 from coding_agent_rl.sandbox import docker_isolation as iso
@@ -245,7 +246,7 @@ class DockerSandbox(Sandbox):
                 raise NetworkUnsupported(
                     "adapter-only egress with Docker serves the adapter inside each sandbox's "
                     "network namespace: it needs the engine on this machine (DOCKER_HOST is "
-                    f"{os.environ.get('DOCKER_HOST')!r}) and root; use agent network 'open'"
+                    f"{settings.current().docker_host!r}) and root; use agent network 'open'"
                 )
             return {"network": "none"}
         raise NetworkUnsupported(f"unknown network mode {mode!r}")

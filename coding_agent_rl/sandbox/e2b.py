@@ -21,7 +21,6 @@ import contextlib
 import dataclasses
 import inspect
 import ipaddress
-import os
 import posixpath
 import random
 import shlex
@@ -32,6 +31,7 @@ from typing import Any, TypeVar
 import e2b
 import httpx
 
+from coding_agent_rl import settings
 from coding_agent_rl.sandbox.base import (
     DEFAULT_OUTPUT_CAP,
     ExecResult,
@@ -51,9 +51,6 @@ from coding_agent_rl.sandbox.reaper import TOKEN_ENV, kill_command, new_token, s
 T = TypeVar("T")
 # The SDK class every call goes through; tests swap in a stand-in with the same surface.
 AsyncSandbox = e2b.AsyncSandbox
-
-METADATA_KEY_ENV = "SLIME_AGENT_SANDBOX_IMAGE_METADATA_KEY"
-TEMPLATE_ENV = "SLIME_AGENT_E2B_TEMPLATE"
 
 
 class _Never(Exception):
@@ -120,10 +117,10 @@ class E2BSandbox(Sandbox):
             raise ValueError("e2b network 'adapter-only' needs allow_out (the adapter's address)")
         super().__init__(image, output_cap=self.opts.output_cap)
         self.metadata = dict(self.opts.metadata or {})
-        key = os.environ.get(METADATA_KEY_ENV, "").strip()
-        if key:
+        conf = settings.current()
+        if key := conf.e2b_metadata_key:
             self.metadata[key] = image
-            self.template = self.opts.template or os.environ.get(TEMPLATE_ENV) or None
+            self.template = self.opts.template or conf.e2b_template
         else:
             self.template = self.opts.template or image
         self._sbx: Any = None

@@ -11,6 +11,8 @@ import logging
 import pathlib
 import subprocess
 
+from coding_agent_rl.errors import CodingAgentRLError
+
 log = logging.getLogger(__name__)
 
 BASE_IMAGE = "coding-agent-rl/base:latest"
@@ -32,8 +34,10 @@ BASE_PACKAGES = [
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 
 
-class ImageBuildError(RuntimeError):
-    pass
+class ImageBuildError(CodingAgentRLError, RuntimeError):
+    """An image could not be built (the message holds the builder's output)."""
+
+    default_stage = "images"
 
 
 def image_exists(name: str) -> bool:

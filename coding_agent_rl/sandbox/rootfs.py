@@ -32,6 +32,7 @@ import subprocess
 import tempfile
 import uuid
 
+from coding_agent_rl import settings
 from coding_agent_rl.sandbox.images import (
     BASE_IMAGE,
     BASE_PACKAGES,
@@ -58,9 +59,7 @@ class LocalImage:
 
 
 def store() -> pathlib.Path:
-    env = os.environ.get("CODING_AGENT_RL_CACHE")
-    base = pathlib.Path(env).expanduser() if env else pathlib.Path.home() / ".cache/coding-agent-rl"
-    return base / "rootfs"
+    return settings.current().cache_root / "rootfs"
 
 
 def image_dir(name: str) -> pathlib.Path:
