@@ -13,6 +13,7 @@ import sys
 
 from coding_agent_rl import settings
 from coding_agent_rl.errors import UserError
+from coding_agent_rl.registry import Registry
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -43,8 +44,30 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="coding-agent-rl", description=__doc__.splitlines()[0])
+def registries() -> list[Registry]:
+    """Every registry of named components (each lives with its layer; imported here)."""
+    from coding_agent_rl.env import ENVIRONMENTS
+    from coding_agent_rl.harness import HARNESSES
+    from coding_agent_rl.sandbox import BACKENDS
+
+    return [BACKENDS, HARNESSES, ENVIRONMENTS]
+
+
+def broken_entry_points() -> str:
+    """Entry points of every registry that fail to load, one line each ('' when none)."""
+    lines = [r.describe_failures() for r in registries()]
+    return "\n".join(line for line in lines if line)
+
+
+def build_parser(*, with_failures: bool = False) -> argparse.ArgumentParser:
+    """The top-level parser; ``with_failures``: its help lists entry points that fail to load."""
+    broken = broken_entry_points() if with_failures else ""
+    parser = argparse.ArgumentParser(
+        prog="coding-agent-rl",
+        description=__doc__.splitlines()[0],
+        epilog=f"entry points that failed to load:\n{broken}" if broken else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_module, help_text) in COMMANDS.items():
@@ -54,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    asks_help = not argv or argv[0] in ("-h", "--help")
+    parser = build_parser(with_failures=asks_help)
     top, rest = parser.parse_known_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if top.verbose else logging.INFO,

@@ -108,16 +108,17 @@ def build_rootfs_image(image: str, spec: BuildSpec, *, rebuild: bool = False) ->
 
 
 def build_dataset_images(
-    dataset_path: str | pathlib.Path, *, rebuild: bool = False, backend: str = "docker"
+    dataset_path: str | pathlib.Path, *, rebuild: bool = False, kind: str = "docker"
 ) -> list[str]:
     """Build (or reuse) the image of every row with a build context; returns their names.
 
     Rows sharing an image name must share the build context; the image is built once.
-    ``backend``: ``docker`` (images in the engine) or ``local`` (root filesystems).
+    ``kind`` (a backend's ``Sandbox.image_kind``): ``docker`` (images in the engine) or
+    ``rootfs`` (root filesystems for the local backend).
     """
-    if backend not in ("docker", "local"):
-        raise ValueError(f"images can be built for docker or local, not {backend!r}")
-    build = build_image if backend == "docker" else build_rootfs_image
+    if kind not in ("docker", "rootfs"):
+        raise ValueError(f"images can be built as docker images or rootfs, not {kind!r}")
+    build = build_image if kind == "docker" else build_rootfs_image
     specs: dict[str, BuildSpec] = {}
     for row in load_dataset(dataset_path):
         if row.build is None:

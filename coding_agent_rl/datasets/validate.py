@@ -31,6 +31,7 @@ from coding_agent_rl.grading.grade import grade
 from coding_agent_rl.grading.patchfiles import filter_patch
 from coding_agent_rl.grading.protect import protected_patterns
 from coding_agent_rl.grading.result import GradeResult
+from coding_agent_rl.sandbox import BACKENDS
 
 
 @dataclasses.dataclass
@@ -117,7 +118,7 @@ async def agent_side(
 
 
 def _origin(row: TaskRow, backend: str) -> str:
-    if backend != "docker":
+    if BACKENDS.load(backend).image_kind != "docker":
         return ""
     from coding_agent_rl.datasets.provision import image_origin
 

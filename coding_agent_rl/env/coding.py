@@ -120,7 +120,7 @@ class CodingEnv(BaseInteractionEnv):
                 await self.ahead.__aenter__()
                 self.ahead.start()
             sb = create_sandbox(
-                cfg.backend, row.image, **sandbox_options_for(cfg.backend, cfg.sandbox_options)
+                cfg.backend, row.image, **sandbox_options_for(cfg.backend, cfg.sandbox_options, row)
             )
             await sb.__aenter__()
             self.sb = sb
@@ -312,7 +312,7 @@ def build_env(sample: Any = None, args: Any = None, **_: Any) -> CodingEnv:
         tool_parser=getattr(args, "sglang_tool_call_parser", None) or "qwen25",
         reasoning_parser=getattr(args, "sglang_reasoning_parser", None),
         eval_timeout_s=conf.eval_timeout_s,
-        grade_ahead=BACKENDS.load(conf.sandbox).is_local,
+        grade_ahead=BACKENDS.load(conf.sandbox).idle_is_free,
     )
     return CodingEnv(
         row,

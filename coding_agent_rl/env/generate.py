@@ -80,9 +80,14 @@ def loop_config_from_args(args: Any) -> tuple[str, LoopConfig]:
 
 @functools.lru_cache(maxsize=16)
 def load_env_module(target: str) -> Any:
-    """A module by dotted name, or a ``.py`` file by path."""
+    """A registered environment (:data:`ENVIRONMENTS`), a module by dotted name, or a ``.py``
+    file by path."""
+    from coding_agent_rl.env import ENVIRONMENTS
+
     path = pathlib.Path(target)
-    if path.suffix == ".py":
+    if target in ENVIRONMENTS.names():
+        module = ENVIRONMENTS.load(target)
+    elif path.suffix == ".py":
         if not path.is_file():
             raise ValueError(f"environment module {target}: no such file")
         name = f"coding_agent_rl_env_{path.stem}_{abs(hash(str(path.resolve())))}"

@@ -16,11 +16,7 @@ from coding_agent_rl.harness.base import (
     HarnessContext,
 )
 from coding_agent_rl.harness.install import InstallError, InstallReport
-from coding_agent_rl.harness.network import (
-    AdapterUnreachable,
-    adapter_bind_host,
-    adapter_public_url,
-)
+from coding_agent_rl.harness.network import AdapterUnreachable
 from coding_agent_rl.registry import Registry
 
 HARNESSES = Registry(
@@ -55,7 +51,5 @@ __all__ = [
     "HarnessContext",
     "InstallError",
     "InstallReport",
-    "adapter_bind_host",
-    "adapter_public_url",
     "get_harness",
 ]

@@ -192,7 +192,7 @@ class BaseHarness(abc.ABC):
 
     def _mounted_binary(self, sb: Sandbox) -> pathlib.Path | None:
         """The host file mounted at :attr:`binary` when every file of the CLI is mounted."""
-        by_target = {t: h for h, t in (getattr(sb, "mounts", None) or {}).items()}
+        by_target = {t: h for h, t in sb.mounts.items()}
         if all(f"{BIN_DIR}/{name}" in by_target for name in self.package.files.values()):
             return pathlib.Path(by_target[self.binary])
         return None

@@ -8,8 +8,6 @@ from typing import Any
 
 from coding_agent_rl.types import Sample
 
-LOCAL_BACKENDS = ("docker", "local")  # sandboxes on this machine: an idle one costs nothing
-
 
 @dataclasses.dataclass
 class RolloutConfig:
@@ -30,11 +28,11 @@ class RolloutConfig:
     prompt_template: str | None = None
     model_name: str = "policy"
     out_dir: pathlib.Path | None = None  # per-rollout artifacts (diff, agent log, test log)
-    # Bind-mount the agent CLI from the host cache (Docker on this machine) instead of uploading
-    # it into every sandbox.
+    # Bind-mount the agent CLI from the host cache (where the backend can:
+    # ``Sandbox.supports_bind_mounts``) instead of uploading it into every sandbox.
     mount_agent: bool = True
-    # Create and prepare the grading sandbox while the agent runs. None: on for sandboxes on
-    # this machine (docker, local); off for remote ones, billed per sandbox-second.
+    # Create and prepare the grading sandbox while the agent runs. None: on where an idle
+    # sandbox costs nothing (``Sandbox.idle_is_free``); off where it is billed per second.
     grade_ahead: bool | None = None
     # What the agent sandbox can reach (rollout/isolation.py): adapter-only | open | none;
     # None: $CODING_AGENT_RL_AGENT_NETWORK, else adapter-only.

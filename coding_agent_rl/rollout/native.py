@@ -23,10 +23,11 @@ from coding_agent_rl.env.loop import run_episode
 from coding_agent_rl.env.sample import fill_sample, rollout_metrics
 from coding_agent_rl.env.tools import ToolLimits
 from coding_agent_rl.rollout.attribution import ArtifactBudget, InfraFailure
-from coding_agent_rl.rollout.config import LOCAL_BACKENDS, RolloutConfig, RolloutOutcome
+from coding_agent_rl.rollout.config import RolloutConfig, RolloutOutcome
 from coding_agent_rl.rollout.prompt import PROBLEM_FILE, render_prompt
 from coding_agent_rl.rollout.runner import RolloutRunner, SessionHook
 from coding_agent_rl.rollout.timing import Timings
+from coding_agent_rl.sandbox import BACKENDS
 from coding_agent_rl.types import Sample
 
 NATIVE = "native"
@@ -95,7 +96,9 @@ class NativeRunner(RolloutRunner):
 
     def make_env(self, row: Any) -> CodingEnv:
         c, o = self.config, self.options
-        grade_ahead = c.grade_ahead if c.grade_ahead is not None else c.backend in LOCAL_BACKENDS
+        grade_ahead = c.grade_ahead
+        if grade_ahead is None:
+            grade_ahead = BACKENDS.load(c.backend).idle_is_free
         config = CodingEnvConfig(
             backend=c.backend,
             sandbox_options=dict(c.sandbox_options),

@@ -56,12 +56,12 @@ from coding_agent_rl.rollout.attribution import (
     check_agent,
     file_size,
 )
-from coding_agent_rl.rollout.config import LOCAL_BACKENDS, RolloutConfig, RolloutOutcome
+from coding_agent_rl.rollout.config import RolloutConfig, RolloutOutcome
 from coding_agent_rl.rollout.isolation import AgentNetwork
 from coding_agent_rl.rollout.prompt import render_prompt
 from coding_agent_rl.rollout.timing import Timings
 from coding_agent_rl.rollout.workspace import prepare_agent_workspace
-from coding_agent_rl.sandbox import SandboxError, create_sandbox
+from coding_agent_rl.sandbox import BACKENDS, SandboxError, create_sandbox
 from coding_agent_rl.sandbox.task import task_options
 from coding_agent_rl.trajectory import build_samples
 from coding_agent_rl.types import Sample, Status, aborted_sample
@@ -280,8 +280,7 @@ class RolloutRunner:
                     )
                 if stop_listener is not None:
                     stack.push_async_callback(stop_listener)
-                limits = getattr(sb, "limits", None)
-                record["isolation"]["limits"] = limits.as_dict() if limits else None
+                record["isolation"]["limits"] = sb.limits.as_dict() if sb.limits else None
                 # The CLI's install (usually a cached check) touches nothing the workspace set-up
                 # does: it runs alongside; install_s counts only what it adds after.
                 installing = asyncio.ensure_future(self.harness.install(sb))
@@ -431,7 +430,7 @@ class RolloutRunner:
     @property
     def _grade_ahead(self) -> bool:
         ahead = self.config.grade_ahead
-        return ahead if ahead is not None else self.config.backend in LOCAL_BACKENDS
+        return ahead if ahead is not None else BACKENDS.load(self.config.backend).idle_is_free
 
     async def _create_agent_sandbox(self, row: Any) -> Any:
         """The agent's sandbox, with the harness's host files mounted where the backend can."""
@@ -456,16 +455,14 @@ class RolloutRunner:
         return sb
 
     async def _agent_mounts(self) -> dict[str, str]:
-        """Host files the harness wants in the agent sandbox (``harness.host_mounts()``), for
-        Docker on this machine: bind-mounted read-only instead of uploaded into every sandbox.
-        Computed once (the first call may fetch and unpack the CLI)."""
+        """Host files the harness wants in the agent sandbox (``harness.host_mounts()``), where
+        the backend can bind-mount host files: read-only instead of uploaded into every
+        sandbox. Computed once (the first call may fetch and unpack the CLI)."""
         cfg = self.config
-        host_mounts = getattr(self.harness, "host_mounts", None)
-        if not (cfg.mount_agent and cfg.backend == "docker" and host_mounts):
+        if self.harness is None or not cfg.mount_agent:
             return {}
-        from coding_agent_rl.sandbox.docker_engine import is_local
-
-        if self._mounts is None and is_local():
+        host_mounts = self.harness.host_mounts
+        if self._mounts is None and BACKENDS.load(cfg.backend).supports_bind_mounts():
             if self._mounts_task is None or self._mounts_task.get_loop() is not (
                 asyncio.get_running_loop()
             ):
@@ -568,7 +565,7 @@ class RolloutRunner:
             return {}
         root = self.config.out_dir
         out = {"diff": str((art / "diff.patch").relative_to(root))}
-        if getattr(agent, "host_log_path", None):
+        if agent.host_log_path:
             out["agent_log"] = str(pathlib.Path(agent.host_log_path).relative_to(root))
         out["test_log"] = str((art / "test_log.txt").relative_to(root))
         return out

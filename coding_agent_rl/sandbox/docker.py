@@ -103,6 +103,7 @@ class DockerSandbox(Sandbox):
     backend = "docker"
     limit_names = RESOURCE_KEYS
     takes_writable = True
+    image_kind = "docker"
 
     def __init__(self, image: str, **options: Any):
         self.opts = parse_options(DockerOptions, self.backend, options)
@@ -235,6 +236,23 @@ class DockerSandbox(Sandbox):
                 await asyncio.sleep(0.5 * 2**attempt)
 
     # ---- capabilities ----------------------------------------------------------------------------
+    @classmethod
+    def is_local(cls) -> bool:
+        return engine.is_local()
+
+    @classmethod
+    def supports_bind_mounts(cls) -> bool:
+        return engine.is_local()  # host paths name the engine machine's files
+
+    @classmethod
+    def _default_bind_host(cls, network: str) -> str:
+        # The bridge's gateway, not 0.0.0.0: the listener stays off every other interface.
+        return gateway_ip(network)
+
+    @classmethod
+    def host_address(cls, network: str = "bridge") -> str | None:
+        return gateway_ip(network)
+
     @classmethod
     def network_options(cls, mode: str, adapter_host: str | None = None) -> dict[str, Any]:
         if mode == "open":

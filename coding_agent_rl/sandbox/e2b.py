@@ -105,6 +105,7 @@ def _transient(e: BaseException) -> bool:
 
 class E2BSandbox(Sandbox):
     backend = "e2b"
+    idle_is_free = False  # billed per sandbox-second: grading is not prepared ahead
 
     def __init__(self, image: str, **options: Any):
         self.opts = parse_options(E2BOptions, self.backend, options)

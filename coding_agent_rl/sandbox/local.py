@@ -100,6 +100,8 @@ class LocalSandbox(Sandbox):
     backend = "local"
     limit_names = RESOURCE_KEYS
     takes_writable = True
+    read_only_image = True
+    image_kind = "rootfs"
 
     def __init__(self, image: str, *, network: str = "none", **options: Any):
         # ``network`` is a named parameter: grading finds it there and turns it off.
@@ -230,6 +232,22 @@ class LocalSandbox(Sandbox):
         await asyncio.to_thread(self._limits.destroy)
 
     # ---- capabilities ----------------------------------------------------------------------------
+    @classmethod
+    def is_local(cls) -> bool:
+        return True
+
+    @classmethod
+    def supports_bind_mounts(cls) -> bool:
+        return True
+
+    @classmethod
+    def _default_bind_host(cls, network: str) -> str:
+        return "127.0.0.1"  # with network "host" the sandbox shares the host's loopback
+
+    @classmethod
+    def host_address(cls, network: str = "bridge") -> str | None:
+        return "127.0.0.1"
+
     @classmethod
     def network_options(cls, mode: str, adapter_host: str | None = None) -> dict[str, Any]:
         if mode == "open":

@@ -53,9 +53,9 @@ def renderer():
 async def stack(renderer):
     """``start(script, **adapter_config)`` -> (adapter, URL as a sandbox sees it)."""
     from coding_agent_rl.adapter.server import AdapterConfig, AdapterServer
-    from coding_agent_rl.harness import adapter_bind_host
     from coding_agent_rl.policy.scripted import ScriptedPolicy
     from coding_agent_rl.policy.server import PolicyServer
+    from coding_agent_rl.sandbox.docker import DockerSandbox
 
     started: list = []
 
@@ -67,7 +67,7 @@ async def stack(renderer):
             AdapterConfig(sglang_url=policy_url, renderer=renderer, tool_parser="qwen25", **config)
         )
         # Bound on the bridge gateway, not 0.0.0.0: exactly what sandboxes reach.
-        url = await adapter.start(adapter_bind_host("docker"), 0)
+        url = await adapter.start(DockerSandbox.adapter_bind_host(), 0)
         started.append(adapter)
         return adapter, url
 

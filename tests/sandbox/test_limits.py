@@ -98,7 +98,8 @@ def test_task_options_apply_resources_where_enforced(caplog, use_e2b_stand_in):
     )
     assert opts == {"memory": "8g", "run_id": "r", "writable": ["/w"]}
     nested = task_options("local", {"writable": ["/opt/x"]}, writable=["/opt/x/run", "/w"])
-    assert nested["writable"] == ["/opt/x", "/w"]
+    # a read-only image (local) also gets what every task sandbox writes: /etc, our tree
+    assert nested["writable"] == ["/etc", "/opt/coding-agent-rl", "/opt/x", "/w"]
     with caplog.at_level("WARNING"):
         assert task_options("e2b", {}, resources={"memory": "8g"}, writable=["/w"]) == {}
     assert "does not enforce a per-sandbox memory limit" in caplog.text
