@@ -11,6 +11,7 @@ through it: agent and grading sandboxes alike come from the toy, no other file k
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import inspect
 import uuid
@@ -18,12 +19,25 @@ from typing import Any, ClassVar
 
 import pytest
 import test_contract
-from conftest import BASE_IMAGE, Backend
 
 from coding_agent_rl.sandbox import BACKENDS, create_sandbox
 from coding_agent_rl.sandbox.docker import DockerSandbox
 
 GROUP = "coding_agent_rl.sandboxes"
+BASE_IMAGE = "coding-agent-rl/base:latest"
+
+
+@dataclasses.dataclass
+class Backend:
+    """What the contract suite's fixtures need of a backend (as tests/sandbox/conftest.py's)."""
+
+    name: str
+    image: str
+    non_root: str
+    options: dict[str, Any]
+
+    def make(self, **options: Any) -> Any:
+        return create_sandbox(self.name, self.image, **{**self.options, **options})
 pytestmark = pytest.mark.docker
 
 
