@@ -26,15 +26,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "list or garbage-collect leftover sandboxes",
     ),
     "bench": (
-        "coding_agent_rl.bench",
+        "coding_agent_rl.commands.bench",
         "benchmarks: sandbox | adapter | rollout | grading | native",
     ),
-    "policy-server": ("coding_agent_rl.policy.cli", "serve a CPU policy over SGLang's /generate"),
-    "tokenizer": ("coding_agent_rl.policy.tokenizer_cli", "write a tokenizer directory (qwen3)"),
-    "agents": ("coding_agent_rl.harness.cli", "fetch agent CLI binaries into the cache"),
-    "convert": ("coding_agent_rl.datasets.cli_convert", "convert SWE-bench-style datasets"),
+    "policy-server": (
+        "coding_agent_rl.commands.policy_server",
+        "serve a CPU policy over SGLang's /generate",
+    ),
+    "tokenizer": ("coding_agent_rl.commands.tokenizer", "write a tokenizer directory (qwen3)"),
+    "agents": ("coding_agent_rl.commands.agents", "fetch agent CLI binaries into the cache"),
+    "convert": ("coding_agent_rl.commands.convert", "convert SWE-bench-style datasets"),
     "validate": (
-        "coding_agent_rl.datasets.cli_validate",
+        "coding_agent_rl.commands.validate",
         "validate a dataset with its gold patches",
     ),
     "run": ("coding_agent_rl.commands.run", "run rollouts over a dataset"),
@@ -46,11 +49,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def registries() -> list[Registry]:
     """Every registry of named components (each lives with its layer; imported here)."""
+    from coding_agent_rl.datasets.convert import CONVERTERS
     from coding_agent_rl.env import ENVIRONMENTS
     from coding_agent_rl.harness import HARNESSES
     from coding_agent_rl.sandbox import BACKENDS
 
-    return [BACKENDS, HARNESSES, ENVIRONMENTS]
+    return [BACKENDS, HARNESSES, ENVIRONMENTS, CONVERTERS]
 
 
 def broken_entry_points() -> str:

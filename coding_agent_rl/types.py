@@ -64,7 +64,7 @@ class Sample:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: tensors of ``multimodal_train_inputs`` as dtype, shape and base64 bytes."""
-        from coding_agent_rl.multimodal.serialize import tensors_to_json
+        from coding_agent_rl.tensors import tensors_to_json
 
         train, self.multimodal_train_inputs = self.multimodal_train_inputs, None
         try:
@@ -78,7 +78,7 @@ class Sample:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Sample:
-        from coding_agent_rl.multimodal.serialize import tensors_from_json
+        from coding_agent_rl.tensors import tensors_from_json
 
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in names}

@@ -2,7 +2,7 @@
 
 Builds what it needs (base image, task images, agent binary cache), then runs the real agent
 CLI in Docker sandboxes, or in local bubblewrap ones where no engine answers (images are then
-root filesystems built with debootstrap, see ``sandbox/rootfs.py``), against three CPU policies: ``replay`` (applies each task's gold patch through
+root filesystems built with debootstrap, see ``images/rootfs.py``), against three CPU policies: ``replay`` (applies each task's gold patch through
 the agent's shell tool: should solve everything), ``give-up`` (answers without touching the
 code: reward 0) and ``rewrite-tests`` (guts the visible tests and plants a conftest that forces
 PASSED: the grader must still score 0). Writes one HTML report per policy.
@@ -97,11 +97,11 @@ def pick_sandbox(wanted: str) -> str:
 def prepare(agent: str, backend: str, limit: int | None = None) -> list[Any]:
     """Base image, task images, agent binary: built once, reused on later runs."""
     from coding_agent_rl.commands.run import load_rows
-    from coding_agent_rl.datasets.images import build_dataset_images
     from coding_agent_rl.harness import HARNESSES
     from coding_agent_rl.harness.cache import fetch
-    from coding_agent_rl.sandbox import rootfs
-    from coding_agent_rl.sandbox.images import build_base_image
+    from coding_agent_rl.images import rootfs
+    from coding_agent_rl.images.base import build_base_image
+    from coding_agent_rl.images.dataset import build_dataset_images
 
     t = time.monotonic()
     kind = BACKENDS.load(backend).image_kind

@@ -60,16 +60,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from coding_agent_rl.datasets.provision import provide_images
     from coding_agent_rl.datasets.schema import DatasetError, load_dataset
-    from coding_agent_rl.sandbox.images import BASE_IMAGE
+    from coding_agent_rl.images.base import BASE_IMAGE
+    from coding_agent_rl.images.provision import provide_images
 
     if args.concurrency < 1:
         raise UserError("--concurrency must be at least 1")
     if image_kind(args.backend) == "rootfs":
         if args.pull or args.repo_source:
             raise UserError("--pull and --repo-source need a backend of Docker images")
-        from coding_agent_rl.datasets.images import build_dataset_images
+        from coding_agent_rl.images.dataset import build_dataset_images
 
         for name in build_dataset_images(args.dataset, rebuild=args.rebuild, kind="rootfs"):
             print(name)
@@ -94,13 +94,13 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from coding_agent_rl.sandbox.images import BASE_IMAGE, ImageBuildError, build_base_image
+    from coding_agent_rl.images.base import BASE_IMAGE, ImageBuildError, build_base_image
 
     try:
         if args.action == "base" and image_kind(args.backend) == "rootfs":
             if args.from_image:
                 raise UserError("--from needs a backend of Docker images")
-            from coding_agent_rl.sandbox.rootfs import build_base
+            from coding_agent_rl.images.rootfs import build_base
 
             print(build_base(args.name or BASE_IMAGE, rebuild=args.rebuild).root)
         elif args.action == "base":

@@ -302,8 +302,8 @@ def build_env(sample: Any = None, args: Any = None, **_: Any) -> CodingEnv:
     """slime's hook (``--rollout-interaction-env-path coding_agent_rl.env.coding``): the coding
     env for a sample made from one of our dataset rows. Backend: ``settings.sandbox``
     (docker); parsers: slime's ``sglang_tool_call_parser`` / ``sglang_reasoning_parser``."""
+    from coding_agent_rl.datasets.prompt import PROBLEM_FILE, render_prompt
     from coding_agent_rl.datasets.schema import row_from_sample
-    from coding_agent_rl.rollout.prompt import PROBLEM_FILE, render_prompt
 
     conf = settings.current()
     row = row_from_sample(sample, base_dir=conf.dataset_dir)

@@ -112,7 +112,7 @@ class _State:
         from coding_agent_rl.adapter.sglang import SGLangClient
         from coding_agent_rl.env.encoding import ChatEncoder
         from coding_agent_rl.multimodal.processor import VisionProcessor, has_image_processor
-        from coding_agent_rl.policy.tokenizer import load_tokenizer
+        from coding_agent_rl.tokenizer import load_tokenizer
 
         self.settings = settings.load()
         settings.install(self.settings)

@@ -13,8 +13,8 @@ import base64
 import dataclasses
 import posixpath
 
-from coding_agent_rl.grading.patchfiles import patch_paths
 from coding_agent_rl.grading.workspace import GIT, WorkspaceError, q, restore_script
+from coding_agent_rl.patches.files import patch_paths
 from coding_agent_rl.sandbox.base import Sandbox
 
 LADDER: tuple[tuple[str, str], ...] = (

@@ -61,7 +61,7 @@ class Records:
 
 
 def _worst(old: str | None, new: str) -> str:
-    from coding_agent_rl.grading.parsers import _RANK
+    from coding_agent_rl.datasets.logparse import _RANK
 
     return new if old is None or _RANK.get(new, 5) > _RANK.get(old, 5) else old
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import zlib
 
-from coding_agent_rl.grading.patchfiles import split_patch
+from coding_agent_rl.patches.files import split_patch
 
 DEFAULT_MAX_EXPANDED = 64 * 1024 * 1024
 

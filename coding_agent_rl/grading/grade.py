@@ -46,6 +46,7 @@ import shlex
 import time
 from typing import TYPE_CHECKING, Any
 
+from coding_agent_rl.datasets.logparse import ParserUnavailable
 from coding_agent_rl.grading.after_apply import (
     LIST_MARK,
     RESET_MARK,
@@ -57,8 +58,6 @@ from coding_agent_rl.grading.apply import apply_patch
 from coding_agent_rl.grading.defences import Defences
 from coding_agent_rl.grading.diff import DEFAULT_MAX_BYTES
 from coding_agent_rl.grading.expansion import expansion_problem
-from coding_agent_rl.grading.parsers import ParserUnavailable
-from coding_agent_rl.grading.patchfiles import filter_patch, path_matches
 from coding_agent_rl.grading.prepared import (
     GradingSandbox,
     Prepared,
@@ -70,6 +69,7 @@ from coding_agent_rl.grading.protocols import Graded, run_eval, run_harbor, run_
 from coding_agent_rl.grading.result import GradeResult, GradingDone, cap_log, fail
 from coding_agent_rl.grading.screen import screened_files
 from coding_agent_rl.grading.workspace import WorkspaceError, parse_list, run_checked
+from coding_agent_rl.patches.files import filter_patch, path_matches
 from coding_agent_rl.sandbox import SandboxError, create_sandbox
 
 if TYPE_CHECKING:  # the schema imports grading.patchfiles; avoid the cycle at runtime

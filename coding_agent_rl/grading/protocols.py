@@ -18,9 +18,9 @@ import xml.etree.ElementTree as ET
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from coding_agent_rl.datasets.logparse import parse_log
 from coding_agent_rl.grading.defences import Defences
 from coding_agent_rl.grading.evidence import plugin_verdict
-from coding_agent_rl.grading.parsers import parse_log
 from coding_agent_rl.grading.prepared import GradingSandbox, Prepared
 from coding_agent_rl.grading.result import GradeResult, cap_log, fail, score_tests
 from coding_agent_rl.grading.runner import TestRun, TestRunner

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, NoReturn
 
-from coding_agent_rl.grading.parsers import canonical_id
+from coding_agent_rl.datasets.logparse import canonical_id
 
 MISSING = "MISSING"
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coding_agent_rl.policy.tokenizer import qwen3_tokenizer_dir
+from coding_agent_rl.tokenizer import qwen3_tokenizer_dir
 
 PATCH, MERGE = 14, 2
 DEFAULT_MIN_PIXELS = 28 * 28

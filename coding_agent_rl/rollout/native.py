@@ -16,6 +16,7 @@ import dataclasses
 import pathlib
 from typing import Any
 
+from coding_agent_rl.datasets.prompt import PROBLEM_FILE, render_prompt
 from coding_agent_rl.env.coding import NO_TOOL_CALL, CodingEnv, CodingEnvConfig
 from coding_agent_rl.env.encoding import ChatEncoder
 from coding_agent_rl.env.episode import ABORTED, LoopConfig
@@ -24,7 +25,6 @@ from coding_agent_rl.env.sample import fill_sample, rollout_metrics
 from coding_agent_rl.env.tools import ToolLimits
 from coding_agent_rl.rollout.attribution import ArtifactBudget, InfraFailure
 from coding_agent_rl.rollout.config import RolloutConfig, RolloutOutcome
-from coding_agent_rl.rollout.prompt import PROBLEM_FILE, render_prompt
 from coding_agent_rl.rollout.runner import RolloutRunner, SessionHook
 from coding_agent_rl.rollout.timing import Timings
 from coding_agent_rl.sandbox import BACKENDS

@@ -44,10 +44,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from coding_agent_rl.adapter.sessions import new_session_id
+from coding_agent_rl.datasets.prompt import render_prompt
 from coding_agent_rl.grading.defences import Defences
 from coding_agent_rl.grading.diff import DiffCaptureError, capture_diff
 from coding_agent_rl.grading.grade import grade
 from coding_agent_rl.grading.prepared import GradingSandbox, grading_network
+from coding_agent_rl.grading.workspace import prepare_agent_workspace
 from coding_agent_rl.harness import HarnessContext
 from coding_agent_rl.harness.launch import RUN_ROOT
 from coding_agent_rl.rollout.attribution import (
@@ -58,9 +60,7 @@ from coding_agent_rl.rollout.attribution import (
 )
 from coding_agent_rl.rollout.config import RolloutConfig, RolloutOutcome
 from coding_agent_rl.rollout.isolation import AgentNetwork
-from coding_agent_rl.rollout.prompt import render_prompt
 from coding_agent_rl.rollout.timing import Timings
-from coding_agent_rl.rollout.workspace import prepare_agent_workspace
 from coding_agent_rl.sandbox import BACKENDS, SandboxError, create_sandbox
 from coding_agent_rl.sandbox.task import task_options
 from coding_agent_rl.trajectory import build_samples

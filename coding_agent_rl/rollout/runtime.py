@@ -59,8 +59,8 @@ class Runtime:
         from coding_agent_rl.adapter.render import Renderer
         from coding_agent_rl.adapter.server import AdapterConfig, AdapterServer
         from coding_agent_rl.harness import get_harness
-        from coding_agent_rl.policy.tokenizer import load_tokenizer
         from coding_agent_rl.rollout.isolation import AgentNetwork
+        from coding_agent_rl.tokenizer import load_tokenizer
 
         cfg = self.config
         if cfg.settings is not None and not self._installed:
@@ -77,7 +77,7 @@ class Runtime:
         on_open = None
         self.vision = self._load_vision()
         if cfg.policy:
-            from coding_agent_rl.policy.cli import load_policy
+            from coding_agent_rl.policy import load_policy
             from coding_agent_rl.policy.server import PolicyServer
 
             policy = load_policy(cfg.policy)

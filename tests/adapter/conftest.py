@@ -16,7 +16,7 @@ from coding_agent_rl.adapter.render import Renderer
 from coding_agent_rl.adapter.server import AdapterConfig, AdapterServer
 from coding_agent_rl.policy.scripted import ScriptedPolicy
 from coding_agent_rl.policy.server import PolicyServer
-from coding_agent_rl.policy.tokenizer import load_tokenizer
+from coding_agent_rl.tokenizer import load_tokenizer
 
 CACHE = Path(os.environ.get("CODING_AGENT_RL_CACHE", "~/.cache/coding-agent-rl")).expanduser()
 AGENTS = {

@@ -12,8 +12,8 @@ EXAMPLES = pathlib.Path(__file__).parents[2] / "coding_agent_rl" / "datasets" / 
 
 @pytest.fixture(scope="session")
 def example_images() -> None:
-    from coding_agent_rl.datasets.images import build_dataset_images
-    from coding_agent_rl.sandbox.images import BASE_IMAGE, image_exists
+    from coding_agent_rl.images.base import BASE_IMAGE, image_exists
+    from coding_agent_rl.images.dataset import build_dataset_images
 
     if not image_exists(BASE_IMAGE):
         pytest.fail(f"{BASE_IMAGE} is missing: run `coding-agent-rl images base` first")

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from coding_agent_rl.datasets.images import HASH_LABEL, build_dataset_images
+from coding_agent_rl.images.dataset import HASH_LABEL, build_dataset_images
 
 IMAGE = "coding-agent-rl/test-images-idempotent:latest"
 

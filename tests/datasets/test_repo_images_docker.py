@@ -23,7 +23,7 @@ TEMPLATE = "coding-agent-rl/test-{id_1776}:latest"
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory) -> dict:
     """An upstream repository, its SWE-bench row converted, the image built from source."""
-    from coding_agent_rl.sandbox.images import BASE_IMAGE, image_exists
+    from coding_agent_rl.images.base import BASE_IMAGE, image_exists
 
     if not image_exists(BASE_IMAGE):
         pytest.fail(f"{BASE_IMAGE} is missing: run `coding-agent-rl images base` first")
@@ -140,9 +140,9 @@ def test_pull_without_a_reachable_registry_is_one_clear_line(converted, capsys, 
 
 def test_builds_run_at_most_concurrency_at_once(monkeypatch):
     """A stand-in for the builder (sleeps, counts how many run at once); images are missing."""
-    import coding_agent_rl.datasets.repo_images as repo_images
-    from coding_agent_rl.datasets.provision import provide_images
+    import coding_agent_rl.images.repo as repo_images
     from coding_agent_rl.datasets.schema import TaskRow
+    from coding_agent_rl.images.provision import provide_images
 
     running, peak, lock = [0], [0], threading.Lock()
 

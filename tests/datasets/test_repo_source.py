@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from upstream import FIX_MARK, git, make_upstream
 
-from coding_agent_rl.datasets.repo_source import (
+from coding_agent_rl.images.repo_source import (
     RepoSourceError,
     checkout_at,
     mirror,

@@ -8,7 +8,7 @@ import pathlib
 import pytest
 
 from coding_agent_rl.cli import main
-from coding_agent_rl.datasets.validate import RowReport, _disagree
+from coding_agent_rl.grading.validate import RowReport, _disagree
 
 EXAMPLES = pathlib.Path(__file__).parents[2] / "coding_agent_rl" / "datasets" / "examples"
 

@@ -15,7 +15,7 @@ from coding_agent_rl.adapter.sglang import SGLangClient
 from coding_agent_rl.env.encoding import ChatEncoder
 from coding_agent_rl.policy.scripted import ScriptedPolicy
 from coding_agent_rl.policy.server import PolicyServer
-from coding_agent_rl.policy.tokenizer import load_tokenizer, qwen3_tokenizer_dir
+from coding_agent_rl.tokenizer import load_tokenizer, qwen3_tokenizer_dir
 
 HERE = pathlib.Path(__file__).parent
 sys.path.insert(0, str(HERE))  # the helper modules next to the tests
@@ -117,9 +117,9 @@ def rows() -> dict[str, Any]:
     """The example tasks by short name (``slugify``, ``pager``, ...), their images built."""
     from rollout_helpers import TASKS
 
-    from coding_agent_rl.datasets.images import build_dataset_images
     from coding_agent_rl.datasets.schema import load_dataset
-    from coding_agent_rl.sandbox.images import BASE_IMAGE, image_exists
+    from coding_agent_rl.images.base import BASE_IMAGE, image_exists
+    from coding_agent_rl.images.dataset import build_dataset_images
 
     if not image_exists(BASE_IMAGE):
         pytest.fail(f"{BASE_IMAGE} is missing: run `coding-agent-rl images base` first")

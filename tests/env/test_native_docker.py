@@ -26,7 +26,7 @@ from test_run_e2e import REWRITE_TESTS  # guts the visible tests, plants a conft
 
 from coding_agent_rl.env.base import EnvError
 from coding_agent_rl.env.coding import CodingEnv
-from coding_agent_rl.policy.tokenizer import qwen3_tokenizer_dir
+from coding_agent_rl.tokenizer import qwen3_tokenizer_dir
 from coding_agent_rl.types import Status
 
 pytestmark = [pytest.mark.docker]

@@ -15,7 +15,7 @@ from slime_path import RM_CALLS, SlimeSample, generate_and_rm, train_data
 from vision_helpers import png
 
 from coding_agent_rl.env import generate as env_generate
-from coding_agent_rl.policy.tokenizer import qwen3_tokenizer_dir
+from coding_agent_rl.tokenizer import qwen3_tokenizer_dir
 
 CALC_ENV = str(__import__("pathlib").Path(__file__).with_name("calc_env.py"))
 MESSAGES = [{"role": "user", "content": "What is 2 + 3? Use the tools, then answer."}]

@@ -21,8 +21,8 @@ def example_rows() -> dict[str, TaskRow]:
 @pytest.fixture(scope="session")
 def example_images(example_rows) -> None:
     """Build the example images (instant when up to date); needs the base image."""
-    from coding_agent_rl.datasets.images import build_dataset_images
-    from coding_agent_rl.sandbox.images import BASE_IMAGE, image_exists
+    from coding_agent_rl.images.base import BASE_IMAGE, image_exists
+    from coding_agent_rl.images.dataset import build_dataset_images
 
     if not image_exists(BASE_IMAGE):
         pytest.fail(f"{BASE_IMAGE} is missing: run `coding-agent-rl images base` first")

@@ -25,12 +25,11 @@ import sys
 import pytest
 
 from coding_agent_rl.datasets.buildspec import BuildSpec
-from coding_agent_rl.datasets.images import build_image
 from coding_agent_rl.datasets.schema import TaskRow
 from coding_agent_rl.grading.leaks import find_future
 from coding_agent_rl.grading.scrub import scrub_git
-from coding_agent_rl.grading.workspace import WorkspaceError
-from coding_agent_rl.rollout.workspace import prepare_agent_workspace
+from coding_agent_rl.grading.workspace import WorkspaceError, prepare_agent_workspace
+from coding_agent_rl.images.dataset import build_image
 from coding_agent_rl.sandbox import create_sandbox
 
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "datasets"))
@@ -69,7 +68,7 @@ cd /testbed && git checkout -q {base}
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory) -> dict[str, tuple[str, dict[str, str]]]:
-    from coding_agent_rl.sandbox.images import BASE_IMAGE, image_exists
+    from coding_agent_rl.images.base import BASE_IMAGE, image_exists
 
     if not image_exists(BASE_IMAGE):
         pytest.fail(f"{BASE_IMAGE} is missing: run `coding-agent-rl images base` first")

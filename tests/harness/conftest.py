@@ -44,7 +44,7 @@ async def offline_sandbox():
 @pytest.fixture(scope="session")
 def renderer():
     from coding_agent_rl.adapter.render import Renderer
-    from coding_agent_rl.policy.tokenizer import load_tokenizer
+    from coding_agent_rl.tokenizer import load_tokenizer
 
     return Renderer(load_tokenizer("qwen3"))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from coding_agent_rl.adapter.render import Renderer
-from coding_agent_rl.policy.tokenizer import load_tokenizer
+from coding_agent_rl.tokenizer import load_tokenizer
 
 
 @pytest.fixture(scope="session")

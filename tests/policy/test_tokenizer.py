@@ -12,7 +12,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from coding_agent_rl import cli
-from coding_agent_rl.policy import tokenizer as qtok
+from coding_agent_rl import tokenizer as qtok
 
 TEXTS = [
     "Hello world",

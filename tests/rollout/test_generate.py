@@ -52,8 +52,8 @@ async def slime(rows, tmp_path_factory, monkeypatch):
     from rollout_helpers import containers
 
     from coding_agent_rl.policy.server import PolicyServer
-    from coding_agent_rl.policy.tokenizer import build_qwen3_tokenizer
     from coding_agent_rl.sandbox.docker_engine import default_run_id
+    from coding_agent_rl.tokenizer import build_qwen3_tokenizer
 
     tok = build_qwen3_tokenizer(tmp_path_factory.mktemp("qwen3-tokenizer"))
     script = {

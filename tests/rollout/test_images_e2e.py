@@ -37,7 +37,7 @@ LEGEND = EXAMPLES / "chart" / "repo" / "docs" / "legend.png"
 
 @pytest.fixture(scope="module")
 def chart_row():
-    from coding_agent_rl.datasets.images import build_dataset_images
+    from coding_agent_rl.images.dataset import build_dataset_images
 
     build_dataset_images(MULTIMODAL)
     (row,) = load_dataset(MULTIMODAL)

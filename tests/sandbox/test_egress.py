@@ -76,7 +76,7 @@ async def listeners():
 @pytest.fixture(scope="module")
 def renderer():
     from coding_agent_rl.adapter.render import Renderer
-    from coding_agent_rl.policy.tokenizer import load_tokenizer
+    from coding_agent_rl.tokenizer import load_tokenizer
 
     return Renderer(load_tokenizer("qwen3"))
 

@@ -190,8 +190,8 @@ async def test_open_files_are_capped(backend):
 
 @pytest.fixture(scope="module")
 def slugify_row():
-    from coding_agent_rl.datasets.images import build_dataset_images
     from coding_agent_rl.datasets.schema import load_dataset
+    from coding_agent_rl.images.dataset import build_dataset_images
 
     tasks = pathlib.Path(__file__).parents[2] / "coding_agent_rl/datasets/examples/tasks.jsonl"
     build_dataset_images(tasks)

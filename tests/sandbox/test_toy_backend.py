@@ -38,6 +38,8 @@ class Backend:
 
     def make(self, **options: Any) -> Any:
         return create_sandbox(self.name, self.image, **{**self.options, **options})
+
+
 pytestmark = pytest.mark.docker
 
 
@@ -106,8 +108,8 @@ def test_the_toy_was_really_used_by_the_contract_suite(backend: Backend) -> None
 
 @pytest.mark.agents
 async def test_a_replay_rollout_runs_through_the_toy(tmp_path: Any) -> None:
-    from coding_agent_rl.datasets.images import build_dataset_images
     from coding_agent_rl.datasets.schema import load_dataset
+    from coding_agent_rl.images.dataset import build_dataset_images
     from coding_agent_rl.rollout.config import RolloutConfig
     from coding_agent_rl.rollout.runtime import Runtime, RuntimeConfig
     from coding_agent_rl.types import Sample

@@ -15,7 +15,7 @@ from coding_agent_rl.harness import cache
 from coding_agent_rl.harness.claude_code import ClaudeCode
 from coding_agent_rl.policy.scripted import ScriptedPolicy
 from coding_agent_rl.policy.server import PolicyServer
-from coding_agent_rl.policy.tokenizer import load_tokenizer
+from coding_agent_rl.tokenizer import load_tokenizer
 
 
 @pytest.fixture(scope="session")

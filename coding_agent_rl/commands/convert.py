@@ -7,13 +7,13 @@ import json
 import pathlib
 import sys
 
-from coding_agent_rl.cli import UserError
-from coding_agent_rl.datasets.convert import SOURCES, ConvertError, convert_records
+from coding_agent_rl.datasets.convert import CONVERTERS, ConvertError, convert_records
+from coding_agent_rl.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--from", dest="source", required=True, choices=SOURCES, help="dataset kind"
+        "--from", dest="source", required=True, choices=CONVERTERS.names(), help="dataset kind"
     )
     parser.add_argument(
         "input", help="JSON / JSONL / parquet file or directory (Harbor: task dirs)"

@@ -7,7 +7,7 @@ repositories (repo_source.py), and an isolated venv with pytest and the reposito
 development mode (recipes.py), first on ``PATH``. Wheels are downloaded on the host for the base
 image's Python and platform; nothing inside the build needs the network.
 
-Idempotent by content hash: the label :data:`~coding_agent_rl.datasets.images.HASH_LABEL`
+Idempotent by content hash: the label :data:`~coding_agent_rl.images.dataset.HASH_LABEL`
 covers the base image's id, the repository, ``base_commit``, the workdir, the declared recipe
 and this builder's version, so an up-to-date image costs one ``docker image inspect`` (no clone,
 no download).
@@ -26,11 +26,11 @@ import tempfile
 from typing import Any
 
 from coding_agent_rl.datasets.buildspec import BuildSpec
-from coding_agent_rl.datasets.images import _image_id, _label, build_image
 from coding_agent_rl.datasets.recipes import ALWAYS, VENV, declared_spec, install_script, recipe_for
-from coding_agent_rl.datasets.repo_source import checkout_at, mirror, source_url
 from coding_agent_rl.datasets.schema import TaskRow
-from coding_agent_rl.sandbox.images import ImageBuildError
+from coding_agent_rl.images.base import ImageBuildError
+from coding_agent_rl.images.dataset import _image_id, _label, build_image
+from coding_agent_rl.images.repo_source import checkout_at, mirror, source_url
 
 BUILDER_VERSION = "2"
 WHEELS = "/tmp/car-wheels"

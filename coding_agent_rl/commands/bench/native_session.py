@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from coding_agent_rl.bench.synthetic_session import sentence, source_file, system_prompt
+from coding_agent_rl.commands.bench.synthetic_session import sentence, source_file, system_prompt
 
 
 class InstantEngine:

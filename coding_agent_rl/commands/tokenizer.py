@@ -18,8 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from coding_agent_rl.cli import UserError
-    from coding_agent_rl.policy import tokenizer
+    from coding_agent_rl import tokenizer
+    from coding_agent_rl.errors import UserError
 
     if args.out is not None and args.out.exists() and not args.out.is_dir():
         raise UserError(f"--out {args.out} exists and is not a directory")

@@ -18,13 +18,16 @@ node ids need SWE-bench's per-repository parser: the error names it.
 from __future__ import annotations
 
 import json
+import pathlib
 import re
 import shlex
 from typing import Any
 
 from coding_agent_rl.datasets.convert import (
     CONDA,
+    DEFAULT_IMAGES,
     ConvertError,
+    each_record,
     ids,
     image_fields,
     pytest_files,
@@ -139,3 +142,21 @@ def convert_swebench_like(
             + needed_parser_hint(rec.get("repo"), declared if declared else None)
         )
     return md
+
+
+def _converter(source: str) -> Any:
+    def convert(
+        in_path: pathlib.Path, out_dir: pathlib.Path, *, image_template: str | None = None
+    ) -> tuple[list[dict[str, Any]], list[str]]:
+        def one(rec: dict[str, Any], template: str) -> dict[str, Any]:
+            return convert_swebench_like(rec, source, template, explicit=bool(image_template))
+
+        return each_record(in_path, out_dir, image_template or DEFAULT_IMAGES[source], one)
+
+    convert.__doc__ = f"The {source} converter (registered in ``CONVERTERS``)."
+    return convert
+
+
+convert_swebench = _converter("swebench")
+convert_swe_gym = _converter("swe-gym")
+convert_swe_rebench = _converter("swe-rebench")

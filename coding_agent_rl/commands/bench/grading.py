@@ -44,10 +44,10 @@ def _p50(xs: list[float]) -> float | None:
 
 
 async def one_task(row: Any, *, backend: str, options: dict[str, Any], repeat: int) -> dict:
+    from coding_agent_rl.datasets.logparse import parse_pytest
     from coding_agent_rl.grading.defences import ROUND_1
     from coding_agent_rl.grading.evidence import plugin_verdict
     from coding_agent_rl.grading.grade import grade
-    from coding_agent_rl.grading.parsers import parse_pytest
     from coding_agent_rl.grading.prepared import GradingSandbox
     from coding_agent_rl.grading.protocols import Graded, default_test_cmd
     from coding_agent_rl.grading.result import GradeResult
@@ -156,14 +156,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from coding_agent_rl.cli import UserError
     from coding_agent_rl.commands.run import parse_options
+    from coding_agent_rl.errors import UserError
 
     if args.n < 1 or args.repeat < 1:
         raise UserError("--n and --repeat must be at least 1")
     options = parse_options(args.sandbox_option)
     if args.sandbox == "docker":
-        from coding_agent_rl.datasets.images import build_dataset_images
+        from coding_agent_rl.images.dataset import build_dataset_images
 
         build_dataset_images(TASKS)
         options.setdefault("run_id", f"bench-grading-{uuid.uuid4().hex[:8]}")

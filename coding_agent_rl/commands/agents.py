@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _harness_classes(names: list[str]) -> list[type]:
-    from coding_agent_rl.cli import UserError
+    from coding_agent_rl.errors import UserError
 
     known = HARNESSES.names()
     bad = [n for n in names if n not in known]
@@ -48,7 +48,7 @@ def _state(cls: type) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from coding_agent_rl.cli import UserError
+    from coding_agent_rl.errors import UserError
 
     if args.action == "list":
         for cls in _harness_classes([]):

@@ -38,7 +38,7 @@ import time
 import uuid
 from typing import Any
 
-from coding_agent_rl.bench import add_check_argument, missed_targets, report
+from coding_agent_rl.commands.bench import add_check_argument, missed_targets, report
 from coding_agent_rl.rollout.timing import PHASES
 
 SLIME_POLL_S = 5.0  # slime polls `test -f done` every 5 s: on average the exit is seen 2.5 s late
@@ -328,7 +328,7 @@ def print_profile(records: list[dict[str, Any]], stream: Any) -> None:
 
 
 def _levels(spec: str) -> list[int]:
-    from coding_agent_rl.cli import UserError
+    from coding_agent_rl.errors import UserError
 
     try:
         levels = [int(x) for x in str(spec).split(",") if x.strip()]
@@ -340,8 +340,8 @@ def _levels(spec: str) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from coding_agent_rl.cli import UserError
     from coding_agent_rl.commands.run import parse_options
+    from coding_agent_rl.errors import UserError
     from coding_agent_rl.harness import HARNESSES
 
     levels = _levels(args.concurrency)
@@ -350,7 +350,7 @@ def run(args: argparse.Namespace) -> int:
     if args.agent not in HARNESSES.names():
         raise UserError(f"unknown agent {args.agent!r}; known: {', '.join(HARNESSES.names())}")
     if args.sandbox == "docker":
-        from coding_agent_rl.datasets.images import build_dataset_images
+        from coding_agent_rl.images.dataset import build_dataset_images
 
         build_dataset_images(TASKS)
     options = parse_options(args.sandbox_option)

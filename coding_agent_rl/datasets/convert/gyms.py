@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import json
+import pathlib
 import re
 from typing import Any
 
-from coding_agent_rl.datasets.convert import CONDA, ConvertError, ids, image_fields, pytest_files
-from coding_agent_rl.grading.reverse import reverse_patch
+from coding_agent_rl.datasets.convert import (
+    CONDA,
+    DEFAULT_IMAGES,
+    ConvertError,
+    each_record,
+    ids,
+    image_fields,
+    pytest_files,
+)
+from coding_agent_rl.patches.reverse import reverse_patch
 
 
 def convert_swe_smith(rec: dict[str, Any], template: str) -> dict[str, Any]:
@@ -43,7 +52,7 @@ def convert_swe_smith(rec: dict[str, Any], template: str) -> dict[str, Any]:
 
 def _r2e_split(rec: dict[str, Any], expected: dict[str, str]) -> tuple[list[str], list[str]]:
     """F2P / P2P from the pre-fix log in ``execution_result_content``, when one is there."""
-    from coding_agent_rl.grading.parsers import canonical_id, parse_pytest
+    from coding_agent_rl.datasets.logparse import canonical_id, parse_pytest
 
     passing = sorted(k.split(" - ")[0] for k, v in expected.items() if v == "PASSED")
     try:
@@ -95,3 +104,18 @@ def convert_r2e(rec: dict[str, Any], template: str) -> dict[str, Any]:
         "protected_paths": ["/run_tests.sh", "/r2e_tests"],
         "test_cmd": "rm -rf r2e_tests && ln -s /r2e_tests r2e_tests && bash run_tests.sh",
     }
+
+
+def convert_swe_smith_rows(
+    in_path: pathlib.Path, out_dir: pathlib.Path, *, image_template: str | None = None
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The swe-smith converter (registered in ``CONVERTERS``)."""
+    template = image_template or DEFAULT_IMAGES["swe-smith"]
+    return each_record(in_path, out_dir, template, convert_swe_smith)
+
+
+def convert_r2e_rows(
+    in_path: pathlib.Path, out_dir: pathlib.Path, *, image_template: str | None = None
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The r2e-gym converter (registered in ``CONVERTERS``)."""
+    return each_record(in_path, out_dir, image_template or DEFAULT_IMAGES["r2e-gym"], convert_r2e)

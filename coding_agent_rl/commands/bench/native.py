@@ -26,7 +26,7 @@ import time
 import uuid
 from typing import Any
 
-from coding_agent_rl.bench.native_session import InstantEngine, ReplayedEnv, build_session
+from coding_agent_rl.commands.bench.native_session import InstantEngine, ReplayedEnv, build_session
 
 TARGET_MS = 2.0
 SLIME_DUMMY = (
@@ -72,7 +72,7 @@ def overhead(
     import asyncio
 
     from coding_agent_rl.env.encoding import ChatEncoder
-    from coding_agent_rl.policy.tokenizer import load_tokenizer
+    from coding_agent_rl.tokenizer import load_tokenizer
 
     tok = load_tokenizer("qwen3")
     encoder = ChatEncoder(tok)
@@ -142,7 +142,7 @@ async def _throughput(n: int, concurrency: int, options: dict[str, Any]) -> dict
     import tempfile
     from pathlib import Path
 
-    from coding_agent_rl.bench.rollout import TASKS
+    from coding_agent_rl.commands.bench.rollout import TASKS
     from coding_agent_rl.datasets.schema import load_dataset
     from coding_agent_rl.rollout.batch import run_batch
     from coding_agent_rl.rollout.config import RolloutConfig
@@ -201,8 +201,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from coding_agent_rl.cli import UserError
     from coding_agent_rl.commands.run import parse_options
+    from coding_agent_rl.errors import UserError
 
     if args.context < args.system_tokens + 2000:
         raise UserError("--context must exceed --system-tokens by at least 2000")
@@ -211,8 +211,8 @@ def run(args: argparse.Namespace) -> int:
     result: dict[str, Any] = {"bench": "native"}
     result["overhead"] = overhead(args.context, args.system_tokens, args.seed, args.repeat)
     if args.rollouts:
-        from coding_agent_rl.bench.rollout import TASKS
-        from coding_agent_rl.datasets.images import build_dataset_images
+        from coding_agent_rl.commands.bench.rollout import TASKS
+        from coding_agent_rl.images.dataset import build_dataset_images
 
         build_dataset_images(TASKS)
         options = parse_options(args.sandbox_option)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from coding_agent_rl.grading.patchfiles import FilePatch, split_patch
+from coding_agent_rl.patches.files import FilePatch, split_patch
 
 _HUNK = re.compile(r"^@@ -(\d+(?:,\d+)?) \+(\d+(?:,\d+)?) @@(.*)$", re.DOTALL)
 _SWAPS = {

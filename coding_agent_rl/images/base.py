@@ -91,7 +91,7 @@ def build_base_image(
         _run(["docker", "build", "-t", name, "-"], input=dockerfile)
         return name
     # The root filesystem stays in the local backend's store: built once, it serves both.
-    from coding_agent_rl.sandbox.rootfs import build_base
+    from coding_agent_rl.images.rootfs import build_base
 
     rootfs = build_base(name, rebuild=rebuild, mirror=mirror).root
     tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)

@@ -8,9 +8,9 @@ import json
 import pathlib
 import sys
 
-from coding_agent_rl.cli import UserError
 from coding_agent_rl.datasets.schema import DatasetError, load_dataset
-from coding_agent_rl.datasets.validate import RowReport, validate_rows
+from coding_agent_rl.errors import UserError
+from coding_agent_rl.grading.validate import RowReport, validate_rows
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,4 +1,4 @@
-"""``coding-agent-rl bench NAME ...``: each benchmark is a module ``coding_agent_rl.bench.NAME``.
+"""``coding-agent-rl bench NAME ...``: each benchmark is a module ``coding_agent_rl.commands.bench.NAME``.
 
 A benchmark module defines ``add_arguments(parser)`` and ``run(args) -> int``, like a CLI
 subcommand; this dispatcher picks it by its first positional argument.
@@ -39,12 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from coding_agent_rl.cli import UserError
+    from coding_agent_rl.errors import UserError
 
     try:
-        module = importlib.import_module(f"coding_agent_rl.bench.{args.name}")
+        module = importlib.import_module(f"coding_agent_rl.commands.bench.{args.name}")
     except ModuleNotFoundError as e:
-        if e.name == f"coding_agent_rl.bench.{args.name}":
+        if e.name == f"coding_agent_rl.commands.bench.{args.name}":
             raise UserError(f"benchmark {args.name!r} is not available yet") from e
         raise
     parser = argparse.ArgumentParser(

@@ -17,7 +17,7 @@ swe-rebench  the row's ``image_name`` / ``docker_image``, else
 swe-smith  ``jyangballin/{image_name}:latest`` with ``__`` -> ``_1776_`` (row ``image_name``)
 r2e-gym    the row's ``docker_image``
 harbor     ``environment/Dockerfile`` built by ``images build`` as ``harbor/{task}:latest``, or
-           ``[environment].docker_image`` from task.toml (see convert_harbor.py)
+           ``[environment].docker_image`` from task.toml (see harbor.py)
 =========  ===================================================================================
 
 A row that cannot be expressed is skipped with a reason (e.g. SWE-bench repositories whose test
@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import json
 import pathlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from coding_agent_rl.datasets.schema import parse_row
 from coding_agent_rl.errors import TaskDataError
+from coding_agent_rl.registry import Registry, UnknownName
 
-SOURCES = ("swebench", "swe-gym", "swe-rebench", "swe-smith", "r2e-gym", "harbor")
 DEFAULT_IMAGES = {
     "swebench": "swebench/sweb.eval.x86_64.{id_1776}:latest",
     "swe-gym": "xingyaoww/sweb.eval.x86_64.{id_s}:latest",
@@ -116,30 +116,37 @@ def pytest_files(ids: list[str]) -> list[str]:
     return list(dict.fromkeys(i.split("::", 1)[0] for i in ids if "::" in i))
 
 
-def convert_records(
-    source: str, in_path: pathlib.Path, out_dir: pathlib.Path, *, image_template: str | None = None
+Converter = Callable[..., "tuple[list[dict[str, Any]], list[str]]"]
+# name -> ``convert(in_path, out_dir, *, image_template=None) -> (rows, skip reasons)``; a third
+# party adds one with an entry point in the group ``coding_agent_rl.converters``.
+CONVERTERS = Registry(
+    "dataset converter",
+    "coding_agent_rl.converters",
+    {
+        "swebench": ("coding_agent_rl.datasets.convert.swebench:convert_swebench", None),
+        "swe-gym": ("coding_agent_rl.datasets.convert.swebench:convert_swe_gym", None),
+        "swe-rebench": ("coding_agent_rl.datasets.convert.swebench:convert_swe_rebench", None),
+        "swe-smith": ("coding_agent_rl.datasets.convert.gyms:convert_swe_smith_rows", None),
+        "r2e-gym": ("coding_agent_rl.datasets.convert.gyms:convert_r2e_rows", None),
+        "harbor": ("coding_agent_rl.datasets.convert.harbor:convert_harbor", None),
+    },
+)
+SOURCES = tuple(CONVERTERS.names())  # the built-in ones (``coding-agent-rl convert --help``)
+
+
+def each_record(
+    in_path: pathlib.Path,
+    out_dir: pathlib.Path,
+    template: str,
+    convert_one: Callable[[dict[str, Any], str], dict[str, Any]],
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """Rows for ``source``; returns (rows, skip reasons). Every row is checked with the schema."""
-    if source not in SOURCES:
-        raise ConvertError(f"unknown source {source!r} (known: {', '.join(SOURCES)})")
-    from coding_agent_rl.datasets.convert_gyms import convert_r2e, convert_swe_smith
-    from coding_agent_rl.datasets.convert_swebench import convert_swebench_like
-
-    if source == "harbor":
-        from coding_agent_rl.datasets.convert_harbor import convert_harbor
-
-        return convert_harbor(in_path, out_dir, image_template=image_template)
-    template = image_template or DEFAULT_IMAGES[source]
+    """Rows from ``convert_one(record, image_template)`` per record of ``in_path``; returns
+    (rows, skip reasons). Every row is checked with the schema."""
     rows, skipped = [], []
     for i, rec in enumerate(read_records(in_path)):
         name = rec.get("instance_id") or rec.get("docker_image") or f"record {i}"
         try:
-            if source in ("swebench", "swe-gym", "swe-rebench"):
-                md = convert_swebench_like(rec, source, template, explicit=bool(image_template))
-            elif source == "swe-smith":
-                md = convert_swe_smith(rec, template)
-            else:
-                md = convert_r2e(rec, template)
+            md = convert_one(rec, template)
             md = {k: v for k, v in md.items() if v not in (None, "", [])}
             row = {"prompt": md["problem_statement"], "label": md["instance_id"], "metadata": md}
             parse_row(row, base_dir=out_dir)
@@ -147,4 +154,16 @@ def convert_records(
             skipped.append(f"{name}: {e}")
             continue
         rows.append(row)
+    return rows, skipped
+
+
+def convert_records(
+    source: str, in_path: pathlib.Path, out_dir: pathlib.Path, *, image_template: str | None = None
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Rows for ``source`` (a :data:`CONVERTERS` name); returns (rows, skip reasons)."""
+    try:
+        convert = CONVERTERS.load(source)
+    except UnknownName as e:
+        raise ConvertError(str(e)) from None
+    rows, skipped = convert(in_path, out_dir, image_template=image_template)
     return rows, skipped

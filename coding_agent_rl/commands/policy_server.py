@@ -9,34 +9,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-from pathlib import Path
 
 from coding_agent_rl.adapter.parsers import TOOL_PARSERS
-from coding_agent_rl.policy.base import Policy
+from coding_agent_rl.policy import load_policy
 
 log = logging.getLogger(__name__)
-
-
-def load_policy(spec: str) -> Policy:
-    """Build a policy from its spec; ``ValueError`` names what is wrong."""
-    kind, _, arg = spec.partition(":")
-    if kind == "scripted":
-        from coding_agent_rl.policy.scripted import ScriptedPolicy
-
-        if not arg or not Path(arg).is_file():
-            raise ValueError(f"scripted policy: script file {arg!r} not found")
-        return ScriptedPolicy.from_file(arg)
-    if kind == "replay" and not arg:
-        from coding_agent_rl.policy.replay import ReplayPolicy
-
-        return ReplayPolicy()
-    if kind == "hf":
-        if not arg or not Path(arg).is_dir():
-            raise ValueError(f"hf policy: model directory {arg!r} not found")
-        from coding_agent_rl.policy.hf import HFPolicy
-
-        return HFPolicy(arg)
-    raise ValueError(f"unknown policy spec {spec!r}: use scripted:FILE, replay or hf:MODEL_DIR")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from coding_agent_rl.cli import UserError
+    from coding_agent_rl.errors import UserError
     from coding_agent_rl.policy.server import PolicyServer
 
     try:

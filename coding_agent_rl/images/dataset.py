@@ -17,7 +17,7 @@ import subprocess
 from collections.abc import Callable
 
 from coding_agent_rl.datasets.schema import BuildSpec, load_dataset
-from coding_agent_rl.sandbox.images import ImageBuildError
+from coding_agent_rl.images.base import ImageBuildError
 
 log = logging.getLogger(__name__)
 HASH_LABEL = "coding-agent-rl.content-hash"
@@ -94,7 +94,7 @@ def build_image(
 
 def build_rootfs_image(image: str, spec: BuildSpec, *, rebuild: bool = False) -> bool:
     """:func:`build_image` for the local backend: a root filesystem, no engine needed."""
-    from coding_agent_rl.sandbox import rootfs
+    from coding_agent_rl.images import rootfs
 
     if rootfs.BASE_IMAGE in _FROM.findall(spec.dockerfile.read_text()):
         rootfs.build_base()  # built on first use; its id goes into the hash

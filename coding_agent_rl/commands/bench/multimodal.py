@@ -28,7 +28,7 @@ import sys
 import time
 from typing import Any
 
-from coding_agent_rl.bench import Target, add_check_argument, missed_targets, report
+from coding_agent_rl.commands.bench import Target, add_check_argument, missed_targets, report
 
 TARGETS: dict[str, Target] = {
     "speedup_at_turns": (">=", 2.0),  # every-turn time / merge-once time
@@ -97,7 +97,7 @@ def child(way: str, turns: int, size: int, repeat: int) -> dict[str, Any]:
 
 def _run_child(way: str, turns: int, size: int, repeat: int) -> dict[str, Any]:
     code = (
-        "import json,sys; from coding_agent_rl.bench.multimodal import child; "
+        "import json,sys; from coding_agent_rl.commands.bench.multimodal import child; "
         f"print(json.dumps(child({way!r}, {turns}, {size}, {repeat})))"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
@@ -158,7 +158,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from coding_agent_rl.cli import UserError
+    from coding_agent_rl.errors import UserError
 
     if args.turns < 2 or args.size < 28 or args.repeat < 1:
         raise UserError("--turns >= 2, --size >= 28 and --repeat >= 1")

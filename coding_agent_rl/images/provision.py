@@ -21,9 +21,9 @@ import subprocess
 import sys
 from collections.abc import Callable
 
-from coding_agent_rl.datasets.images import SOURCE_LABEL, build_image
 from coding_agent_rl.datasets.schema import TaskRow
-from coding_agent_rl.sandbox.images import BASE_IMAGE, ImageBuildError
+from coding_agent_rl.images.base import BASE_IMAGE, ImageBuildError
+from coding_agent_rl.images.dataset import SOURCE_LABEL, build_image
 
 
 @dataclasses.dataclass
@@ -97,7 +97,7 @@ def _provide(
     base_image: str,
     progress: Callable[[str], None],
 ) -> ImageReport:
-    from coding_agent_rl.datasets.repo_images import build_repo_image, buildable, image_key
+    from coding_agent_rl.images.repo import build_repo_image, buildable, image_key
 
     report = ImageReport(image, [r.instance_id for r in rows])
     first = rows[0]

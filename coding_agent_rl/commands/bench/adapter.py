@@ -20,8 +20,8 @@ import random
 import time
 from typing import Any
 
-from coding_agent_rl.bench import add_check_argument, missed_targets, report
-from coding_agent_rl.bench.synthetic_session import (
+from coding_agent_rl.commands.bench import add_check_argument, missed_targets, report
+from coding_agent_rl.commands.bench.synthetic_session import (
     assistant_turn,
     sentence,
     system_prompt,
@@ -46,7 +46,7 @@ def run_session(
     context: int, seed: int = 0, tokenizer_spec: str = "qwen3", repeat: int = 3
 ) -> dict[str, Any]:
     from coding_agent_rl.adapter.render import Renderer
-    from coding_agent_rl.policy.tokenizer import load_tokenizer
+    from coding_agent_rl.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(tokenizer_spec)
     renderer = Renderer(tokenizer)
@@ -125,7 +125,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from coding_agent_rl.cli import UserError
+    from coding_agent_rl.errors import UserError
 
     if args.context < 24000:
         raise UserError("--context must be at least 24000 (the first prompt alone is ~23k)")

@@ -28,7 +28,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from coding_agent_rl.bench import add_check_argument, missed_targets, report
+from coding_agent_rl.commands.bench import add_check_argument, missed_targets, report
 from coding_agent_rl.sandbox import create_sandbox
 from coding_agent_rl.sandbox.detach import start_detached, wait_detached
 
@@ -202,7 +202,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from coding_agent_rl.cli import UserError
+    from coding_agent_rl.errors import UserError
 
     if args.n < 1:
         raise UserError("--n must be at least 1")

@@ -9,7 +9,7 @@
   counts its findings there, which are false positives by definition.
 
 Before grading, each row goes through exactly the workspace preparation ``run`` gives an agent
-(:func:`~coding_agent_rl.rollout.workspace.prepare_agent_workspace`: pre_commands, snapshot,
+(:func:`~coding_agent_rl.grading.workspace.prepare_agent_workspace`: pre_commands, snapshot,
 hidden paths, git scrub) in an agent-style sandbox, then the leak check
 (:func:`~coding_agent_rl.grading.leaks.find_future`): no commit after the base reachable. A row
 whose preparation fails, or whose fix leaks, is invalid. The report also says where the image
@@ -28,9 +28,9 @@ from typing import Any
 
 from coding_agent_rl.datasets.schema import TaskRow
 from coding_agent_rl.grading.grade import grade
-from coding_agent_rl.grading.patchfiles import filter_patch
 from coding_agent_rl.grading.protect import protected_patterns
 from coding_agent_rl.grading.result import GradeResult
+from coding_agent_rl.patches.files import filter_patch
 from coding_agent_rl.sandbox import BACKENDS
 
 
@@ -98,8 +98,7 @@ async def agent_side(
     from coding_agent_rl.grading.diff import capture_diff
     from coding_agent_rl.grading.grade import sandbox_options_for
     from coding_agent_rl.grading.leaks import find_future
-    from coding_agent_rl.grading.workspace import q, run_checked
-    from coding_agent_rl.rollout.workspace import prepare_agent_workspace
+    from coding_agent_rl.grading.workspace import prepare_agent_workspace, q, run_checked
     from coding_agent_rl.sandbox import create_sandbox
 
     opts = sandbox_options_for(backend, sandbox_options, row)
@@ -120,7 +119,7 @@ async def agent_side(
 def _origin(row: TaskRow, backend: str) -> str:
     if BACKENDS.load(backend).image_kind != "docker":
         return ""
-    from coding_agent_rl.datasets.provision import image_origin
+    from coding_agent_rl.images.provision import image_origin
 
     return image_origin(row.image)
 
