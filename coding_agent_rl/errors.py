@@ -42,7 +42,7 @@ class CodingAgentRLError(Exception):
 class UserError(CodingAgentRLError):
     """Bad input from the user: the CLI prints it as one line and exits 2."""
 
-    failure_kind = "data"
+    failure_kind: ClassVar[FailureKind] = "data"
     default_stage = "input"
 
 

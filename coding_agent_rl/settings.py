@@ -22,7 +22,7 @@ import os
 import pathlib
 import re
 from collections.abc import Iterator
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic.fields import FieldInfo
@@ -71,9 +71,11 @@ class Settings(BaseSettings):
     )
 
     # ---- where things live -----------------------------------------------------------------
-    cache_root: pathlib.Path = Field(DEFAULT_CACHE, validation_alias=_env("CACHE"))
+    cache_root: pathlib.Path = Field(pathlib.Path(DEFAULT_CACHE), validation_alias=_env("CACHE"))
     """Host cache: agent CLI tarballs, the tokenizer, local root filesystems, repositories."""
-    disk_dir: pathlib.Path = Field(DEFAULT_DISK_DIR, validation_alias=_env("DISK_DIR"))
+    disk_dir: pathlib.Path = Field(
+        pathlib.Path(DEFAULT_DISK_DIR), validation_alias=_env("DISK_DIR")
+    )
     """Where capped sandbox disks (loop-mounted files) are kept on the host."""
     dataset_dir: pathlib.Path | None = Field(None, validation_alias=_env("DATASET_DIR"))
     """Base for a row's relative paths when it comes from slime (no dataset file); default cwd."""
@@ -103,9 +105,9 @@ class Settings(BaseSettings):
         None, validation_alias=_env("ROLLOUT_DEADLINE_S", "SWE_ROLLOUT_DEADLINE_SEC")
     )
     """Whole-rollout guard, seconds; unset or 0: agent budget + 2 x eval timeout + 600."""
-    reward_mode: str = Field("full", validation_alias=_env("REWARD_MODE"))
+    reward_mode: Literal["full", "split"] = Field("full", validation_alias=_env("REWARD_MODE"))
     """full (every segment gets the reward) | split (reward / K)."""
-    tamper_policy: str = Field("zero", validation_alias=_env("TAMPER_POLICY"))
+    tamper_policy: Literal["zero", "flag"] = Field("zero", validation_alias=_env("TAMPER_POLICY"))
     """What a static tamper-screen finding does: zero (scores 0) | flag (recorded only)."""
     model_name: str = Field("policy", validation_alias=_env("MODEL_NAME"))
     """The model name the agent CLI is told to use (passed verbatim)."""

@@ -8,14 +8,16 @@ error a request provoked are not — the agent can send any of those on demand w
 
 from __future__ import annotations
 
-from coding_agent_rl.errors import CodingAgentRLError
+from typing import ClassVar
+
+from coding_agent_rl.errors import CodingAgentRLError, FailureKind
 
 
 class AdapterError(CodingAgentRLError):
     """An HTTP error for the agent CLI. ``kind`` is wire-neutral; the wire class maps it.
     A request error is the agent's doing (``failure_kind`` model) unless a subclass says not."""
 
-    failure_kind = "model"
+    failure_kind: ClassVar[FailureKind] = "model"
     default_stage = "adapter"
 
     status = 500

@@ -6,6 +6,7 @@ import argparse
 import time
 
 from coding_agent_rl.harness import HARNESSES
+from coding_agent_rl.harness.base import BaseHarness
 from coding_agent_rl.harness.cache import (
     FetchError,
     cached_tarball,
@@ -23,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     f.add_argument("names", nargs="*", metavar="NAME", help="harness names (default: all)")
 
 
-def _harness_classes(names: list[str]) -> list[type]:
+def _harness_classes(names: list[str]) -> list[type[BaseHarness]]:
     from coding_agent_rl.errors import UserError
 
     known = HARNESSES.names()
@@ -33,7 +34,7 @@ def _harness_classes(names: list[str]) -> list[type]:
     return [HARNESSES.load(n) for n in names or known]
 
 
-def _state(cls: type) -> str:
+def _state(cls: type[BaseHarness]) -> str:
     pkg = cls.package
     try:
         override = override_tarball(pkg)

@@ -12,6 +12,7 @@ import asyncio
 import json
 import pathlib
 import sys
+from typing import Any
 
 from coding_agent_rl.errors import UserError
 from coding_agent_rl.sandbox import BACKENDS
@@ -154,7 +155,7 @@ def image_settings(items: list[str]):
     from coding_agent_rl.multimodal.images import ImageLimits
     from coding_agent_rl.multimodal.parts import ImageSettings
 
-    options = parse_options(items)
+    options: dict[str, Any] = parse_options(items)
     limits = {f.name for f in dataclasses.fields(ImageLimits)}
     top = {"text_only", "placeholder"}
     unknown = sorted(set(options) - limits - top)

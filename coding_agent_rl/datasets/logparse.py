@@ -116,7 +116,7 @@ def canonical_id(parser: str, test_id: str) -> str:
 def parse_swebench(log: str, repo: str) -> dict[str, str]:
     """SWE-bench's own per-repository log parser (needs the ``swebench`` package)."""
     try:
-        from swebench.harness.log_parsers import MAP_REPO_TO_PARSER  # type: ignore[import-not-found]
+        from swebench.harness.log_parsers import MAP_REPO_TO_PARSER
     except ImportError as e:
         raise ParserUnavailable(f"log_parser 'swebench' needs the swebench package ({e})") from e
     parser = MAP_REPO_TO_PARSER[repo]

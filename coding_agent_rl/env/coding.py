@@ -151,7 +151,9 @@ class CodingEnv(BaseInteractionEnv):
                 data = await sb.read_file(path, binary=True)
             except Exception as e:  # the row names a file its image does not have: data
                 raise FatalEnvError(f"problem image {rel}: {type(e).__name__}: {e}") from e
-            parts.append({"type": "image", "image": bytes(data)})
+            parts.append(
+                {"type": "image", "image": data if isinstance(data, bytes) else data.encode()}
+            )
         return parts
 
     # ---- step --------------------------------------------------------------------------------------
@@ -170,7 +172,7 @@ class CodingEnv(BaseInteractionEnv):
             if self.config.on_no_tool_call == "submit":
                 return self._note(response_text, "", True, {"tools": [], "submitted": False})
             return self._note(response_text, NUDGE, False, {"tools": []})
-        results: list[dict[str, str]] = []
+        results: list[dict[str, Any]] = []
         names: list[str] = []
         done = False
         for n, call in enumerate(calls):

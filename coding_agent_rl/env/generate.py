@@ -122,7 +122,7 @@ class _State:
         # A VLM checkpoint (it has an image processor): observations' images become image tokens.
         vision = (
             VisionProcessor.load(checkpoint, self.tokenizer)
-            if has_image_processor(checkpoint)
+            if checkpoint and has_image_processor(checkpoint)
             else None
         )
         self.encoder = ChatEncoder(self.tokenizer, template_kwargs=kwargs, vision=vision)
@@ -177,7 +177,9 @@ async def generate(
             tools=metadata.get("tools"),
         )
         if episode.status == ABORTED:
-            return abort_sample(sample, episode.reason or episode.end, episode.failure_kind)
+            return abort_sample(
+                sample, episode.reason or episode.end, episode.failure_kind or "infra"
+            )
         outcome = await call(env.evaluate) if hasattr(env, "evaluate") else None
         if outcome is not None and outcome.failure_kind == "infra":
             return abort_sample(sample, f"evaluate: {outcome.reason}", "infra")

@@ -98,6 +98,7 @@ class Graded:
 
 
 async def _control_in_fresh_sandbox(g: Graded, works: Works) -> bool:
+    options: dict[str, Any] | None
     if isinstance(g.where, GradingSandbox):
         backend, options = g.where.backend, g.where.sandbox_options
     else:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import time
 from typing import Any
 
@@ -160,12 +161,14 @@ async def validate_row(
         _, dropped = filter_patch(gold, protected_patterns(row))
         if dropped:
             problems.append(f"gold patch changes protected paths: {', '.join(dropped[:3])}")
-    kw = {"backend": backend, "sandbox_options": sandbox_options, "timeout": timeout}
     run_gold = bool(gold) and not problems
+    where = functools.partial(
+        grade, row, backend=backend, sandbox_options=sandbox_options, timeout=timeout
+    )
     for _ in range(runs):
-        jobs = [grade(row, "", allow_empty=True, **kw)]
-        if run_gold:
-            jobs.append(grade(row, gold, **kw))
+        jobs = [where("", allow_empty=True)]
+        if gold and run_gold:
+            jobs.append(where(gold))
         results = await asyncio.gather(*jobs)
         report.noop.append(_summary(results[0]))
         problems.append(_check_noop(row, results[0]) or "")

@@ -17,7 +17,7 @@ import posixpath
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from coding_agent_rl import settings
 from coding_agent_rl.errors import HarnessError
@@ -44,6 +44,7 @@ from coding_agent_rl.harness.network import UNREACHABLE_EXIT, probe_script, unre
 from coding_agent_rl.sandbox.base import CommandFailed, Sandbox, SandboxError, SandboxGone
 from coding_agent_rl.sandbox.capped_read import read_capped
 
+JsonT = TypeVar("JsonT", list[Any], dict[str, Any])
 INLINE_CONFIG_BYTES = 48 * 1024  # config files up to this size travel inside the configure exec
 AGENT_LOG_CAP = 2 * 1024 * 1024  # bytes of the agent's log copied to the host (its tail)
 
@@ -96,7 +97,7 @@ class AgentRun:
         return self.exit_code == 0 and not self.timed_out
 
 
-def json_env(name: str, kind: type) -> object | None:
+def json_env(name: str, kind: type[JsonT]) -> JsonT | None:
     """Parse the harness variable ``name`` (``settings.agent_vars``) as JSON of ``kind``; a bad
     value is an error naming the variable."""
     raw = settings.current().agent_var(name)

@@ -132,7 +132,7 @@ def _keyvals(args: str) -> dict[str, str]:
     words = shlex.split(args)
     if words and "=" not in words[0]:
         return {words[0]: args.split(None, 1)[1] if len(words) > 1 else ""}
-    return dict(w.split("=", 1) if "=" in w else (w, "") for w in words)
+    return {k: v for k, _, v in (w.partition("=") for w in words)}
 
 
 def _copy_args(
@@ -249,7 +249,12 @@ def build(name: str, dockerfile: pathlib.Path, context: pathlib.Path, digest: st
         for op, args in steps[1:]:
             if op not in _IGNORED:
                 b.apply(op, args)
-        meta = {"hash": digest, "env": b.env, "workdir": b.workdir, "from": base_name}
+        meta: dict[str, object] = {
+            "hash": digest,
+            "env": b.env,
+            "workdir": b.workdir,
+            "from": base_name,
+        }
         return _publish(name, scratch, meta)
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -130,10 +130,12 @@ def prepare(
                     part = {**part, "text": defuse(part["text"])}
                 parts.append(part if isinstance(part, dict) else {"type": "text", "text": part})
                 continue
+            item: ImageRef | ImageError
             try:
-                item: ImageRef | ImageError = decode(part, settings.limits, "image")
+                ref = decode(part, settings.limits, "image")
                 if vision and check is not None:
-                    check(item)
+                    check(ref)
+                item = ref
             except ImageError as e:
                 item = e
             item = gate.admit(item)

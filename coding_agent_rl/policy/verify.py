@@ -70,7 +70,9 @@ def load_model(model_dir: str | pathlib.Path, *, dtype: str = "float32", device:
 
     from coding_agent_rl.policy.tiny_vlm import is_vision_checkpoint
 
-    auto = AutoModelForImageTextToText if is_vision_checkpoint(model_dir) else AutoModelForCausalLM
+    auto: Any = (
+        AutoModelForImageTextToText if is_vision_checkpoint(model_dir) else AutoModelForCausalLM
+    )
     model = auto.from_pretrained(str(model_dir), dtype=getattr(torch, dtype))
     return model.to(device).eval()
 

@@ -96,9 +96,12 @@ async def run_batch(
         assert runtime.runner is not None
         sem = asyncio.Semaphore(concurrency)
 
+        runner = runtime.runner
+        assert runner is not None, "the runtime was started"
+
         async def one(row: Any, sample: Sample) -> None:
             async with sem:
-                outcome = await runtime.runner.run(
+                outcome = await runner.run(
                     row, sample, sampling_params=config.sampling_defaults or None
                 )
             outcome.record["agent"] = config.agent

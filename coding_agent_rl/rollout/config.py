@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-from typing import Any
+from typing import Any, Literal
 
 from coding_agent_rl.types import Sample
 
@@ -19,7 +19,7 @@ class RolloutConfig:
     # (sandboxes, diff capture: the rest of the rollout, which the agent must not push over it).
     deadline_s: float | None = None
     infra_retries: int = 1
-    reward_mode: str = "full"
+    reward_mode: Literal["full", "split"] = "full"
     max_context: int | None = None
     # Response tokens per sample (slime's rollout_max_response_len): a longer sample is cut and
     # marked TRUNCATED ("response").
@@ -41,7 +41,7 @@ class RolloutConfig:
     # rollout as the model's failure, naming the limit).
     limits_poll_s: float = 1.0
     # The static tamper screen's policy: "zero" (a finding scores 0) or "flag" (recorded only).
-    tamper_policy: str = "zero"
+    tamper_policy: Literal["zero", "flag"] = "zero"
 
     def __post_init__(self) -> None:
         if self.tamper_policy not in ("zero", "flag"):

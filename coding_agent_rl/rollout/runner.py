@@ -59,7 +59,7 @@ from coding_agent_rl.rollout.attribution import (
     file_size,
 )
 from coding_agent_rl.rollout.config import RolloutConfig, RolloutOutcome
-from coding_agent_rl.rollout.isolation import AgentNetwork
+from coding_agent_rl.rollout.isolation import AgentNetwork, agent_network_mode
 from coding_agent_rl.rollout.timing import Timings
 from coding_agent_rl.sandbox import BACKENDS, SandboxError, create_sandbox
 from coding_agent_rl.sandbox.task import task_options
@@ -114,7 +114,9 @@ class RolloutRunner:
         self.adapter_url = adapter_url
         self.harness = harness
         self.config = config
-        self.network = network or AgentNetwork(config.agent_network, config.backend)
+        self.network = network or AgentNetwork(
+            agent_network_mode(config.agent_network), config.backend
+        )
         self.decode = decode
         self.on_session_open = on_session_open
         self.run_id = run_id or uuid.uuid4().hex[:8]

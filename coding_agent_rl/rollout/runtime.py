@@ -59,14 +59,14 @@ class Runtime:
         from coding_agent_rl.adapter.render import Renderer
         from coding_agent_rl.adapter.server import AdapterConfig, AdapterServer
         from coding_agent_rl.harness import get_harness
-        from coding_agent_rl.rollout.isolation import AgentNetwork
+        from coding_agent_rl.rollout.isolation import AgentNetwork, agent_network_mode
         from coding_agent_rl.tokenizer import load_tokenizer
 
         cfg = self.config
         if cfg.settings is not None and not self._installed:
             self._previous_settings = settings.install(cfg.settings)
             self._installed = True
-        network = AgentNetwork(cfg.rollout.agent_network, cfg.rollout.backend)
+        network = AgentNetwork(agent_network_mode(cfg.rollout.agent_network), cfg.rollout.backend)
         if network.mode == "none":
             log.warning(
                 "agent network 'none': the agent CLI cannot reach the adapter, so rollouts of "
@@ -91,6 +91,7 @@ class Runtime:
                 async def on_open(sid: str, row: Any) -> None:
                     server.register(sid, patch=row.patch or "", workdir=row.workdir)
 
+        assert sglang_url is not None  # RuntimeConfig checks that one of the two is given
         if cfg.agent == "native":  # the policy acts through tool calls: no adapter, no CLI
             self.runner = self._native_runner(sglang_url, on_open)
             return self

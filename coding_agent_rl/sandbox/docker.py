@@ -41,7 +41,7 @@ from coding_agent_rl.sandbox.base import (
 )
 from coding_agent_rl.sandbox.docker_engine import gateway_ip, gc
 from coding_agent_rl.sandbox.docker_exec import ExecRun, container_running, reap, run_exec
-from coding_agent_rl.sandbox.limits import DEFAULT_LIMITS, RESOURCE_KEYS, resolve_limits
+from coding_agent_rl.sandbox.limits import DEFAULT_LIMITS, RESOURCE_KEYS, Limits, resolve_limits
 from coding_agent_rl.sandbox.netns import listen_in_netns
 from coding_agent_rl.sandbox.options import parse_options
 from coding_agent_rl.sandbox.reaper import TOKEN_ENV, new_token
@@ -100,6 +100,7 @@ def _transient(e: BaseException) -> bool:
 
 
 class DockerSandbox(Sandbox):
+    limits: Limits  # always resolved (a limit set to None is off)
     backend = "docker"
     limit_names = RESOURCE_KEYS
     takes_writable = True
@@ -306,7 +307,7 @@ class DockerSandbox(Sandbox):
         process was OOM-killed, e.g. gVisor's kernel holding every process of the sandbox."""
         for _ in range(15):  # the engine records the OOM event a moment after the death
             try:
-                state = engine.client().api.inspect_container(self._cid)["State"]
+                state = engine.client().api.inspect_container(self._cid or "")["State"]
             except Exception:
                 return []
             pid = self._watch.pid if self._watch else None

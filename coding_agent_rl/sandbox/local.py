@@ -46,7 +46,13 @@ from coding_agent_rl.sandbox.base import (
     SandboxFileNotFound,
 )
 from coding_agent_rl.sandbox.capture import CappedBuffer
-from coding_agent_rl.sandbox.limits import DEFAULT_LIMITS, RESOURCE_KEYS, ROOT_CAPS, resolve_limits
+from coding_agent_rl.sandbox.limits import (
+    DEFAULT_LIMITS,
+    RESOURCE_KEYS,
+    ROOT_CAPS,
+    Limits,
+    resolve_limits,
+)
 from coding_agent_rl.sandbox.local_limits import LocalLimits
 from coding_agent_rl.sandbox.local_view import (
     build_view,
@@ -97,6 +103,7 @@ async def _exit_then_grace(proc: asyncio.subprocess.Process) -> None:
 
 
 class LocalSandbox(Sandbox):
+    limits: Limits  # always resolved (a limit set to None is off)
     backend = "local"
     limit_names = RESOURCE_KEYS
     takes_writable = True
@@ -361,11 +368,11 @@ class LocalSandbox(Sandbox):
                     await proc.stdin.drain()
                 proc.stdin.close()
 
-        full = asyncio.ensure_future(
+        full: asyncio.Future[Any] = asyncio.ensure_future(
             asyncio.gather(pump(proc.stdout, out), pump(proc.stderr, err), feed(), proc.wait())
         )
         full.add_done_callback(lambda f: f.cancelled() or f.exception())  # seen, if abandoned
-        grace = asyncio.ensure_future(_exit_then_grace(proc))
+        grace: asyncio.Future[Any] = asyncio.ensure_future(_exit_then_grace(proc))
         try:
             done, _ = await asyncio.wait(
                 {full, grace}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED

@@ -226,7 +226,7 @@ def off_options(backend: str, options: dict[str, Any]) -> dict[str, Any]:
     from coding_agent_rl.sandbox import BACKENDS
 
     cls = BACKENDS.load(backend)
-    off = {k: v for k, v in ISOLATION_OFF.items() if k in cls.limit_names}
+    off: dict[str, Any] = {k: v for k, v in ISOLATION_OFF.items() if k in cls.limit_names}
     if backend == "docker":
         off["hardened"] = False
     return {**options, **off}

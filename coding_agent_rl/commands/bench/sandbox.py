@@ -136,7 +136,7 @@ async def bench(backend: str, image: str, n: int, poll_s: float) -> dict[str, An
         ex, cli_ex = await _pair(
             n,
             lambda: sb.exec("true"),
-            (lambda: _cli("docker", "exec", cid, "true")) if docker else None,
+            (lambda: _cli("docker", "exec", str(cid), "true")) if docker else None,
         )
         iso_ex, plain_ex = await _pair(n, lambda: sb.exec("true"), lambda: sb_plain.exec("true"))
         detect = []

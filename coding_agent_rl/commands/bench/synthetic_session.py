@@ -51,7 +51,7 @@ def system_prompt(rng: random.Random, tokens: int, count) -> str:
 def tools(rng: random.Random) -> list[dict[str, Any]]:
     out = []
     for name in TOOL_NAMES:
-        props = {
+        props: dict[str, dict[str, Any]] = {
             f"{rng.choice(IDENTS)}_{i}": {
                 "type": rng.choice(["string", "integer", "boolean"]),
                 "description": sentence(rng),

@@ -13,14 +13,15 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import sys
 from typing import Any
 
 from coding_agent_rl.datasets.schema import parse_row
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+else:  # Python 3.10
+    import tomli as tomllib
 
 DEFAULT_TEMPLATE = "harbor/{task}:latest"
 _WORKDIR = re.compile(r"^\s*WORKDIR\s+(\S+)", re.IGNORECASE | re.MULTILINE)
