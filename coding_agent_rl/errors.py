@@ -103,11 +103,17 @@ class _Boundary(
 ):
     """See :func:`boundary`."""
 
-    def __init__(self, error: type[CodingAgentRLError], doing: str, stage: str | None):
-        self.error, self.doing, self.stage = error, doing, stage
+    def __init__(
+        self,
+        error: type[CodingAgentRLError],
+        doing: str,
+        stage: str | None,
+        passes: tuple[type[BaseException], ...],
+    ):
+        self.error, self.doing, self.stage, self.passes = error, doing, stage, passes
 
     def _translate(self, exc: BaseException | None) -> None:
-        if exc is None or isinstance(exc, (CodingAgentRLError, asyncio.CancelledError)):
+        if exc is None or isinstance(exc, (*self.passes, asyncio.CancelledError)):
             return  # typed errors pass unchanged; cancellation is never a failure of ours
         if not isinstance(exc, Exception):
             return  # KeyboardInterrupt, SystemExit
@@ -130,11 +136,18 @@ class _Boundary(
         self._translate(exc)
 
 
-def boundary(error: type[CodingAgentRLError], doing: str, *, stage: str | None = None) -> _Boundary:
-    """Wrap a layer crossing (``with`` or ``async with``): errors of ours (and cancellation)
-    pass unchanged, anything else is re-raised as ``error`` with a message naming ``doing``
-    (``"agent install: ..."``) and the original as its cause."""
-    return _Boundary(error, doing, stage)
+def boundary(
+    error: type[CodingAgentRLError],
+    doing: str,
+    *,
+    stage: str | None = None,
+    passes: tuple[type[BaseException], ...] = (CodingAgentRLError,),
+) -> _Boundary:
+    """Wrap a layer crossing (``with`` or ``async with``): errors of the ``passes`` types (by
+    default every error of ours) and cancellation pass unchanged; anything else, timeouts
+    included, is re-raised as ``error`` (at ``stage``) with a message naming what was being
+    done (``"agent install: ..."``) and the original as its cause."""
+    return _Boundary(error, doing, stage, passes)
 
 
 __all__ = [

@@ -22,6 +22,8 @@ import dataclasses
 import enum
 from typing import Any
 
+from coding_agent_rl.errors import FailureKind
+
 SCHEMA_VERSION = 1
 
 
@@ -107,7 +109,9 @@ class Sample:
                 raise ValueError("masked token carries a non-zero log prob")
 
 
-def aborted_sample(base: Any, reason: str, failure_kind: str = "infra", **metadata: Any) -> Any:
+def aborted_sample(
+    base: Any, reason: str, failure_kind: FailureKind = "infra", **metadata: Any
+) -> Any:
     """The placeholder slime drops from training: one masked token, ``remove_sample=True``,
     status ABORTED; an object of ``base``'s class (ours or the caller's)."""
     if type(base) is not Sample:

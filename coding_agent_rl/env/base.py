@@ -35,7 +35,7 @@ import dataclasses
 import inspect
 from typing import Any
 
-from coding_agent_rl.errors import EnvFailure
+from coding_agent_rl.errors import EnvFailure, FailureKind
 
 
 class EnvError(EnvFailure):
@@ -61,7 +61,7 @@ class EnvOutcome:
     """
 
     reward: float | None
-    failure_kind: str | None = None
+    failure_kind: FailureKind | None = None
     reason: str | None = None
     record: dict[str, Any] = dataclasses.field(default_factory=dict)
 

@@ -45,6 +45,7 @@ from coding_agent_rl.env.base import EnvError, FatalEnvError, call, split_reset,
 from coding_agent_rl.env.encoding import ChatEncoder, Encoded, ObservationError
 from coding_agent_rl.env.episode import ABORTED, TRUNCATED, Episode, LoopConfig
 from coding_agent_rl.env.turns import TurnRecord, preview, turn_event
+from coding_agent_rl.errors import FailureKind
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,9 @@ class Engine(Protocol):
 class _Stop(Exception):
     """Ends the episode: ``end`` / ``status`` / ``reason`` / ``kind``."""
 
-    def __init__(self, end: str, status: str, reason: str | None = None, kind: str | None = None):
+    def __init__(
+        self, end: str, status: str, reason: str | None = None, kind: FailureKind | None = None
+    ):
         super().__init__(reason or end)
         self.end, self.status, self.reason, self.kind = end, status, reason, kind
 
