@@ -23,8 +23,12 @@ Termination (``Episode.end``):
   stopped at the turn's own ``max_new_tokens`` (``truncated``). By default a reply cut that way
   is an ordinary turn: the environment sees the cut text (usually an ill-formed call) and the
   template's end-of-turn tokens close it before the observation, as an agent CLI would go on;
-* ``abort`` / ``policy_error`` / ``env_failure`` / ``bad_observation`` / ``prompt_too_long`` —
-  the episode is ``aborted`` with ``failure_kind`` infra (data for a prompt that does not fit).
+* ``policy_rejected`` / ``policy_error`` — the engine refused the request (4xx) or failed it
+  while its health probe passed: the request holds only the prompt, the model's tokens and its
+  sandbox's observations, so the episode ends ``truncated`` as the model's outcome (graded as
+  usual); a failure the probe confirms is ``policy_error``, ``aborted``, ``infra``;
+* ``abort`` / ``env_failure`` / ``bad_observation`` / ``prompt_too_long`` — the episode is
+  ``aborted`` with ``failure_kind`` infra (data for a prompt that does not fit).
 
 Env retries: a failing ``step`` is retried in a bounded loop (``max_env_retries_per_turn`` per
 turn, exponential back-off, ``env.reset()`` first when the error asks for it); the turn is
@@ -40,7 +44,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from coding_agent_rl.adapter.errors import UpstreamError
+from coding_agent_rl.adapter.errors import PolicyRejected, UpstreamError
 from coding_agent_rl.env.base import EnvError, FatalEnvError, call, split_reset, split_step
 from coding_agent_rl.env.encoding import ChatEncoder, Encoded, ObservationError
 from coding_agent_rl.env.episode import ABORTED, TRUNCATED, Episode, LoopConfig
@@ -223,8 +227,13 @@ class _Loop:
             gen = await self.engine.generate(
                 self.tokens, params, routing_key=self.routing_key, **media
             )
-        except UpstreamError as e:
-            raise _Stop("policy_error", ABORTED, f"policy server: {e}", "infra") from e
+        except PolicyRejected as e:  # the request is prompt + sampled + observation tokens:
+            # all of it the model's doing or its sandbox's, never evidence against us
+            raise _Stop("policy_rejected", TRUNCATED, f"policy server: {e}") from e
+        except UpstreamError as e:  # infra only when a health probe confirmed the failure
+            if e.infra_evidence:
+                raise _Stop("policy_error", ABORTED, f"policy server: {e}", "infra") from e
+            raise _Stop("policy_error", TRUNCATED, f"policy server (healthy): {e}") from e
         record.generate_s = time.perf_counter() - t_gen
         output, logprobs = list(gen.output_ids), list(gen.logprobs)
         cut = self._vision_token_at(output)

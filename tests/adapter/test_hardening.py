@@ -17,6 +17,8 @@ from adapter_clients import BASH, post, recorded
 from coding_agent_rl.adapter import handler as handler_mod
 from coding_agent_rl.adapter.handler import body_limit, image_allowance
 from coding_agent_rl.adapter.sessions import KEY_BITS, new_session_id
+from coding_agent_rl.multimodal.images import ImageLimits
+from coding_agent_rl.multimodal.parts import ImageSettings
 
 ANTHROPIC = {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
 FIFTY_MIB = 50 << 20
@@ -165,7 +167,10 @@ async def test_one_sessions_garbage_does_not_disturb_another(scripted_stack):
     """Session A floods the adapter with malformed JSON, wrong fields, oversized and truncated
     bodies, while session B holds a multi-turn conversation: B's turns all succeed, in time."""
     script = {"steps": [{"shell": "ls"}, {"shell": "pwd"}, {"say": "done"}]}
-    adapter, _, url = await scripted_stack(script, max_context=32768)
+    # A small image allowance, so that the 12 MiB padded body is over the limit (the default
+    # leaves room for 8 images of 5 MiB: see test_a_body_over_the_limit_is_refused_unread_with_413).
+    images = ImageSettings(limits=ImageLimits(max_bytes=64 << 10, max_per_sample=1))
+    adapter, _, url = await scripted_stack(script, max_context=32768, images=images)
     adapter.sessions.open("attacker")
     adapter.sessions.open("victim")
     garbage = [

@@ -51,7 +51,7 @@ def test_rollout_overhead_counts_every_rollout_not_only_solved():
 def canned(monkeypatch):
     """``bench rollout`` with canned records: overhead 1.0 s at concurrency 1, 2.0 s above."""
 
-    async def fake_bench(*, n, concurrency, agent, backend, out, sandbox_options):
+    async def fake_bench(*, n, concurrency, agent, backend, out, sandbox_options, agent_network):
         overhead = 1.0 if concurrency == 1 else 2.0
         records = [record(i, overhead) for i in range(n)]
         summary = bench_rollout.summarize(records, n=n, concurrency=concurrency, wall_s=1.0)

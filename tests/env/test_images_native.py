@@ -233,9 +233,11 @@ async def test_a_sampled_image_token_ends_the_episode_as_the_models_outcome(
     scripted_engine, tokenizer, vision, monkeypatch, defence
 ):
     """Attack: the VLM policy samples ``<|image_pad|>`` itself. Undefended, the next request
-    carries a stray image token no engine can pair with an image: the engine refuses it and the
-    episode ends as an infra failure (the policy escapes its reward). Defended, the turn is kept
-    up to that token and the episode ends there, truncated: the model's outcome."""
+    carries a stray image token no engine can pair with an image: the engine refuses it (4xx, the
+    request's doing: the episode still ends as the model's outcome, see loop.py) but the trained
+    response keeps a vision token with no image behind it, which no engine or teacher-forced
+    rescoring can take back. Defended, the turn is kept up to that token and the episode ends
+    there, truncated: the model's outcome, with a clean sample."""
     if not defence:
         from coding_agent_rl.env import loop
 
@@ -250,5 +252,6 @@ async def test_a_sampled_image_token_ends_the_episode_as_the_models_outcome(
         assert tokenizer.decode(ep.response_ids).endswith("the plot ")
         assert len(ep.turns) == 2 and ep.turns[-1].sampled == len(tokenizer.encode("the plot "))
     else:
-        assert (ep.status, ep.end, ep.failure_kind) == ("aborted", "policy_error", "infra")
+        assert (ep.status, ep.end, ep.failure_kind) == ("truncated", "policy_rejected", None)
         assert "outside a vision_start/vision_end pair" in ep.reason
+        assert vision.pad_id in ep.response_ids  # the stray token would be trained
