@@ -9,12 +9,8 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from coding_agent_rl.harness.base import (
-    AgentRun,
-    BaseHarness,
-    HarnessConfigError,
-    HarnessContext,
-)
+from coding_agent_rl.harness.base import BaseHarness
+from coding_agent_rl.harness.context import AgentRun, HarnessConfigError, HarnessContext
 from coding_agent_rl.harness.install import InstallError, InstallReport
 from coding_agent_rl.harness.network import AdapterUnreachable
 from coding_agent_rl.registry import Registry

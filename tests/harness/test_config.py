@@ -7,7 +7,7 @@ import pathlib
 import pytest
 
 from coding_agent_rl.harness import HARNESSES, HarnessConfigError, HarnessContext, get_harness
-from coding_agent_rl.harness.base import args_from_env, env_from_env
+from coding_agent_rl.harness.options import args_from_env, env_from_env
 from coding_agent_rl.registry import UnknownName
 from coding_agent_rl.sandbox import BACKENDS
 
