@@ -23,6 +23,7 @@ from typing import Any
 import docker.errors
 import docker.types
 import requests.exceptions
+import tenacity
 
 from coding_agent_rl import settings
 from coding_agent_rl.sandbox import cgroups, docker_files
@@ -227,14 +228,14 @@ class DockerSandbox(Sandbox):
 
     async def _remove_container(self) -> None:
         assert self._cid is not None
-        for attempt in range(3):
-            try:
+        async for attempt in tenacity.AsyncRetrying(
+            stop=tenacity.stop_after_attempt(3),
+            wait=tenacity.wait_exponential(multiplier=0.5),  # 0.5 s, 1 s
+            retry=tenacity.retry_if_exception(_transient),
+            reraise=True,
+        ):
+            with attempt:
                 await engine.in_thread(engine.remove_container, self._cid)
-                return
-            except Exception as e:
-                if not _transient(e) or attempt == 2:
-                    raise
-                await asyncio.sleep(0.5 * 2**attempt)
 
     # ---- capabilities ----------------------------------------------------------------------------
     @classmethod

@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 import e2b
 import httpx
+import tenacity
 
 from coding_agent_rl import settings
 from coding_agent_rl.sandbox.base import (
@@ -103,6 +104,11 @@ def _transient(e: BaseException) -> bool:
     return isinstance(e, e2b.SandboxException) and status is not None and status >= 500
 
 
+def _backoff(state: tenacity.RetryCallState) -> float:
+    """0.5 s doubling per attempt up to 8 s, times 1-2 (jitter: many sandboxes retry at once)."""
+    return min(8.0, 0.5 * 2 ** (state.attempt_number - 1)) * (1 + random.random())
+
+
 class E2BSandbox(Sandbox):
     backend = "e2b"
     idle_is_free = False  # billed per sandbox-second: grading is not prepared ahead
@@ -131,15 +137,17 @@ class E2BSandbox(Sandbox):
         return self._sbx.sandbox_id if self._sbx is not None else ""
 
     async def _retry(self, call: Callable[[], Awaitable[T]], *, idempotent: bool) -> T:
-        for attempt in range(self.opts.retries + 1):
-            try:
-                return await call()
-            except _GONE as e:
-                raise SandboxGone(f"e2b sandbox {self.sandbox_id} is gone: {e}") from e
-            except Exception as e:
-                if not (idempotent and _transient(e)) or attempt == self.opts.retries:
-                    raise
-            await asyncio.sleep(min(8.0, 0.5 * 2**attempt) * (1 + random.random()))
+        async for attempt in tenacity.AsyncRetrying(
+            stop=tenacity.stop_after_attempt(self.opts.retries + 1),
+            wait=_backoff,
+            retry=tenacity.retry_if_exception(lambda e: idempotent and _transient(e)),
+            reraise=True,
+        ):
+            with attempt:
+                try:
+                    return await call()
+                except _GONE as e:
+                    raise SandboxGone(f"e2b sandbox {self.sandbox_id} is gone: {e}") from e
         raise AssertionError("unreachable")
 
     # ---- capabilities ----------------------------------------------------------------------------

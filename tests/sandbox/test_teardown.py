@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from coding_agent_rl.rollout.outputs import MetricTotals
 from coding_agent_rl.sandbox import base
 from coding_agent_rl.sandbox.local import LocalSandbox
 
@@ -18,8 +19,9 @@ class LeakySandbox(LocalSandbox):
         raise OSError("device or resource busy")
 
 
-async def test_a_failed_teardown_is_logged_with_the_id_and_counted(caplog):
+async def test_a_failed_teardown_is_logged_with_the_id_and_counted(caplog, tmp_path):
     before = base.TEARDOWN_FAILURES["leaky"]
+    totals = MetricTotals()  # a run's metrics.prom, started before the leak
     with caplog.at_level(logging.ERROR, logger="coding_agent_rl.sandbox.base"):
         async with LeakySandbox("host") as sb:
             sid = sb.sandbox_id
@@ -29,3 +31,7 @@ async def test_a_failed_teardown_is_logged_with_the_id_and_counted(caplog):
     assert sid and sid in line and "device or resource busy" in line
     await sb.close()  # idempotent: not counted twice
     assert base.TEARDOWN_FAILURES["leaky"] == before + 1
+    totals.add({"reward": 1.0, "failure_kind": None})
+    totals.write(tmp_path / "metrics.prom")
+    prom = (tmp_path / "metrics.prom").read_text()
+    assert 'coding_agent_rl_sandbox_teardown_failures_total{backend="leaky"} 1.0' in prom
