@@ -8,6 +8,8 @@ import subprocess
 
 import pytest
 
+pytest_plugins = ["support.fixtures"]  # the fixtures every folder shares
+
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 

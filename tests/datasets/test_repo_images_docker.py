@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from upstream import make_upstream, swebench_record
+from support.upstream import make_upstream, swebench_record
 
 from coding_agent_rl.cli import main
 from coding_agent_rl.datasets.schema import load_dataset

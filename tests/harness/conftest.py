@@ -8,10 +8,11 @@ import subprocess
 import uuid
 
 import pytest
+from support import BASE_IMAGE
 
 from coding_agent_rl.sandbox import create_sandbox
 
-IMAGE = "coding-agent-rl/base:latest"
+IMAGE = BASE_IMAGE
 RUN_ID = f"harness-tests-{uuid.uuid4().hex[:8]}"
 
 
@@ -39,14 +40,6 @@ async def offline_sandbox():
     async with create_sandbox("docker", IMAGE, network="none", run_id=RUN_ID) as sb:
         yield sb
     assert leftover_containers() == [], "a sandbox container was left behind"
-
-
-@pytest.fixture(scope="session")
-def renderer():
-    from coding_agent_rl.adapter.render import Renderer
-    from coding_agent_rl.tokenizer import load_tokenizer
-
-    return Renderer(load_tokenizer("qwen3"))
 
 
 @pytest.fixture

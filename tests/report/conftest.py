@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from report_fixture import write_fixture_run
+from support.report_fixture import write_fixture_run
 
 from coding_agent_rl.report import render_report
 

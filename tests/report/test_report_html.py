@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dom import Node, parse
-from report_fixture import PWN
+from support.dom import Node, parse
+from support.report_fixture import PWN
 
 from coding_agent_rl import cli
 from coding_agent_rl.report import load_run, render_report

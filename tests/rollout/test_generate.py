@@ -13,7 +13,7 @@ import json
 import types
 
 import pytest
-from rollout_helpers import EXAMPLES, dataset_lines, solve_steps, task_rule
+from support.rollout_helpers import EXAMPLES, dataset_lines, solve_steps, task_rule
 
 from coding_agent_rl import generate as gen
 from coding_agent_rl.policy.scripted import ScriptedPolicy
@@ -49,7 +49,7 @@ def slime_sample(line: dict, index: int) -> Sample:
 
 @pytest.fixture
 async def slime(rows, tmp_path_factory, monkeypatch):
-    from rollout_helpers import containers
+    from support.rollout_helpers import containers
 
     from coding_agent_rl.policy.server import PolicyServer
     from coding_agent_rl.sandbox.docker_engine import default_run_id

@@ -27,8 +27,8 @@ import time
 import types
 
 import pytest
-from rollout_helpers import EXAMPLES, containers, dataset_lines, solve_steps
 from support import slime_stand_in as slime
+from support.rollout_helpers import EXAMPLES, containers, dataset_lines, solve_steps
 
 from coding_agent_rl import generate as gen
 from coding_agent_rl.policy.base import Completion, Policy, pseudo_logprob

@@ -20,6 +20,7 @@ import textwrap
 import time
 
 import pytest
+from support import BASE_IMAGE
 
 from coding_agent_rl.sandbox import SandboxCreateError, create_sandbox
 
@@ -32,9 +33,7 @@ RUNTIMES = {
 
 async def test_an_unregistered_runtime_is_a_clear_create_error():
     with pytest.raises(SandboxCreateError, match="no runtime 'no-such-runtime' registered"):
-        async with create_sandbox(
-            "docker", "coding-agent-rl/base:latest", runtime="no-such-runtime"
-        ):
+        async with create_sandbox("docker", BASE_IMAGE, runtime="no-such-runtime"):
             pass
 
 
@@ -79,9 +78,7 @@ def gvisor_engine():
                 root / "dockerd.log"
             ).read_text()[-2000:]
             time.sleep(0.5)
-        save = subprocess.Popen(
-            ["docker", "save", "coding-agent-rl/base:latest"], stdout=subprocess.PIPE
-        )
+        save = subprocess.Popen(["docker", "save", BASE_IMAGE], stdout=subprocess.PIPE)
         subprocess.run(
             ["docker", "-H", sock, "load"], stdin=save.stdout, check=True, capture_output=True
         )
@@ -109,7 +106,7 @@ SCRIPT = textwrap.dedent("""
 
     async def main():
         out = {}
-        async with create_sandbox("docker", "coding-agent-rl/base:latest", run_id="test-gvisor",
+        async with create_sandbox("docker", BASE_IMAGE, run_id="test-gvisor",
                                   runtime="runsc", network="none", memory="512m") as sb:
             out["kernel"] = (await sb.exec("dmesg | head -1")).stdout
             out["nobody"] = (await sb.exec("id -u; grep CapEff /proc/self/status", user="nobody")).stdout

@@ -18,13 +18,14 @@ import time
 import uuid
 
 import pytest
+from support import BASE_IMAGE
 
 from coding_agent_rl.sandbox import create_sandbox
 from coding_agent_rl.sandbox import docker_engine as engine
 from coding_agent_rl.sandbox import docker_isolation as iso
 from coding_agent_rl.sandbox.disk import disk_dir
 
-BASE = "coding-agent-rl/base:latest"
+BASE = BASE_IMAGE
 BACKEND_PARAMS = [pytest.param("docker", marks=pytest.mark.docker), "local"]
 OFF = {"memory": None, "pids": None, "disk": None, "cpus": None, "nofile": None}
 

@@ -19,12 +19,12 @@ from typing import Any, ClassVar
 
 import pytest
 import test_contract
+from support import BASE_IMAGE
 
 from coding_agent_rl.sandbox import BACKENDS, create_sandbox
 from coding_agent_rl.sandbox.docker import DockerSandbox
 
 GROUP = "coding_agent_rl.sandboxes"
-BASE_IMAGE = "coding-agent-rl/base:latest"
 
 
 @dataclasses.dataclass

@@ -30,7 +30,7 @@ import os
 from pathlib import Path
 
 import pytest
-from traj_sim import Recorder
+from support.traj_sim import Recorder
 
 from coding_agent_rl.adapter.render import Renderer
 from coding_agent_rl.harness.claude_code import ClaudeCode

@@ -88,7 +88,7 @@ class CalcEnv(BaseInteractionEnv):
         if self.knobs.get("images"):
             obs["multi_modal_data"] = {"image": ["/tmp/plot.png"]}
         if self.knobs.get("png"):  # a real rendered plot (PNG bytes), one per step
-            from vision_helpers import png
+            from support.vision_helpers import png
 
             obs["multi_modal_data"] = {"image": [png(28 * self.turn, 28)]}
         return obs, False, {"tool": "add"}
