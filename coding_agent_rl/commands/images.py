@@ -2,7 +2,7 @@
 
 ``images build --dataset FILE`` provides every row's image: built from the row's Dockerfile
 context, used as is when the engine has it, pulled with ``--pull``, or built from the
-repository's git source with ``--repo-source TEMPLATE`` (see datasets/provision.py). It prints
+repository's git source with ``--repo-source TEMPLATE`` (see images/provision.py). It prints
 one summary line per image and exits 1 when an image is missing or failed.
 
 ``--backend`` names any registered sandbox backend; what it builds is the backend's

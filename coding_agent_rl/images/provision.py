@@ -6,7 +6,7 @@
   elsewhere);
 - **pulled** (``--pull``): ``docker pull`` of the row's image name, progress shown, credentials
   from the engine's own config (``~/.docker/config.json``);
-- **built** from the repository (``--repo-source TEMPLATE``): see repo_images.py.
+- **built** from the repository (``--repo-source TEMPLATE``): see repo.py.
 
 A missing image is pulled first when both are asked for, then built. A per-image failure is one
 line of the summary; the other images go on. Concurrent builds are bounded.
