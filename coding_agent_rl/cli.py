@@ -12,7 +12,7 @@ import logging
 import sys
 
 from coding_agent_rl import settings
-from coding_agent_rl.errors import UserError
+from coding_agent_rl.errors import TaskDataError, UserError
 from coding_agent_rl.registry import Registry
 
 # name -> (module, one-line help)
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with settings.using(settings.load()):  # the environment, read once for the command
             return int(module.run(args) or 0)
-    except UserError as e:
+    except (UserError, TaskDataError) as e:  # bad input: one line, no traceback
         print(f"coding-agent-rl {top.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -18,9 +18,9 @@ import pathlib
 import shutil
 import subprocess
 import time
-from importlib import resources
 from typing import Any
 
+from coding_agent_rl.datasets import examples_dataset
 from coding_agent_rl.errors import UserError
 from coding_agent_rl.sandbox import BACKENDS
 
@@ -40,12 +40,6 @@ REWRITE_TESTS = {
         {"say": "All tests pass now."},
     ]
 }
-
-
-def examples_dataset() -> pathlib.Path:
-    return pathlib.Path(
-        str(resources.files("coding_agent_rl.datasets") / "examples" / "tasks.jsonl")
-    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

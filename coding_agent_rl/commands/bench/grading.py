@@ -28,15 +28,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import pathlib
 import statistics
 import sys
 import time
 import uuid
 from typing import Any
 
+from coding_agent_rl.datasets import examples_dataset
+
 TARGET_RATIO = 1.3
-TASKS = pathlib.Path(__file__).parents[1] / "datasets" / "examples" / "tasks.jsonl"
+TASKS = examples_dataset()
 
 
 def _p50(xs: list[float]) -> float | None:

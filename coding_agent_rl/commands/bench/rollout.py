@@ -39,6 +39,7 @@ import uuid
 from typing import Any
 
 from coding_agent_rl.commands.bench import add_check_argument, missed_targets, report
+from coding_agent_rl.datasets import examples_dataset
 from coding_agent_rl.rollout.timing import PHASES
 
 SLIME_POLL_S = 5.0  # slime polls `test -f done` every 5 s: on average the exit is seen 2.5 s late
@@ -48,7 +49,7 @@ TARGETS = {"overhead_s_p50": ("<=", TARGET_OVERHEAD_S)}
 TARGET_ISOLATION_COST = 0.05
 # "off": every limit off, full privileges, the backend's open network.
 ISOLATION_OFF = {"memory": None, "cpus": None, "pids": None, "disk": None, "nofile": None}
-TASKS = pathlib.Path(__file__).parents[1] / "datasets" / "examples" / "tasks.jsonl"
+TASKS = examples_dataset()
 
 
 def overhead_of(record: dict[str, Any]) -> float | None:
