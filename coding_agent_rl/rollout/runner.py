@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import pathlib
 import time
@@ -66,11 +65,10 @@ from coding_agent_rl.rollout.attribution import ArtifactBudget, check_agent, fil
 from coding_agent_rl.rollout.config import RolloutConfig, RolloutOutcome
 from coding_agent_rl.rollout.isolation import AgentNetwork, agent_network_mode
 from coding_agent_rl.rollout.record import RolloutRecord, event
+from coding_agent_rl.rollout.samples import rollout_samples
 from coding_agent_rl.rollout.timing import Timings
 from coding_agent_rl.sandbox import BACKENDS, Sandbox
-from coding_agent_rl.trajectory import build_samples
-from coding_agent_rl.trajectory.turn import Turn
-from coding_agent_rl.types import Sample, Status, aborted_sample
+from coding_agent_rl.types import Sample, aborted_sample
 
 log = logging.getLogger(__name__)
 
@@ -299,7 +297,9 @@ class RolloutRunner:
                 record.set(failure_kind="model", fail_reason=breach, limit_breach=breach)
                 await self.adapter.sessions.settled(sid, timeout=10.0)
                 turns = self.adapter.sessions.turns(sid)
-                return self._samples(row, base, sid, turns, record, 0.0, evaluation)
+                return rollout_samples(
+                    self.config, self.decode, row, base, sid, turns, record, 0.0, evaluation
+                )
             assert agent is not None
             record.agent_exit_code = agent.exit_code
             record.agent_timed_out = agent.timed_out
@@ -322,11 +322,15 @@ class RolloutRunner:
                     diff = await capture_diff(sb, row.workdir, base_commit=base_commit)
                 except DiffCaptureError as e:  # e.g. the agent deleted .git: its own doing
                     record.set(failure_kind="model", fail_reason=f"diff: {e}")
-                    return self._samples(row, base, sid, turns, record, 0.0, evaluation)
+                    return rollout_samples(
+                        self.config, self.decode, row, base, sid, turns, record, 0.0, evaluation
+                    )
             if diff.truncated_reason:  # never graded as an empty diff
                 record.set(failure_kind="model", fail_reason=diff.truncated_reason)
                 record.set(diff_truncated=diff.truncated_reason)
-                return self._samples(row, base, sid, turns, record, 0.0, evaluation)
+                return rollout_samples(
+                    self.config, self.decode, row, base, sid, turns, record, 0.0, evaluation
+                )
             # Only the diff crosses over to grading. The agent sandbox is destroyed meanwhile;
             # the stack waits for that before the rollout returns.
             closing = asyncio.ensure_future(self._close_timed(sb, timings))
@@ -362,7 +366,9 @@ class RolloutRunner:
         if result.reward < 1.0:
             record.abort_reason = None
             record.set(fail_reason=result.reason)
-        return self._samples(row, base, sid, turns, record, result.reward, evaluation)
+        return rollout_samples(
+            self.config, self.decode, row, base, sid, turns, record, result.reward, evaluation
+        )
 
     @property
     def _defences(self) -> Defences:
@@ -377,66 +383,6 @@ class RolloutRunner:
     async def _close_timed(sb: Sandbox, timings: Timings) -> None:
         with timings.step("agent_sandbox_destroy"):
             await sb.close()
-
-    def _samples(
-        self,
-        row: TaskRow,
-        base: Sample,
-        sid: str,
-        turns: list[Turn],
-        record: RolloutRecord,
-        reward: float,
-        evaluation: bool,
-    ) -> list[Sample]:
-        base = dataclasses.replace(
-            base,
-            session_id=base.session_id or sid,
-            metadata={
-                **base.metadata,
-                "instance_id": row.instance_id,
-                "failure_kind": record.failure_kind,
-                **(
-                    {"limit_breach": record.get("limit_breach")} if "limit_breach" in record else {}
-                ),
-            },
-        )
-        samples = build_samples(
-            turns,
-            base,
-            reward=reward,
-            reward_mode=self.config.reward_mode,
-            max_context=self.config.max_context,
-            max_response=self.config.max_response,
-            decode=self.decode,
-        )
-        trained = sum(sum(s.loss_mask or []) for s in samples)
-        record.set(
-            num_segments=len(samples),
-            turns=len(turns),
-            metrics={
-                "tokens_generated": sum(len(t.output_ids) for t in turns),
-                "tokens_trained": trained,
-                "truncated": sum(s.status == Status.TRUNCATED for s in samples),
-                "truncation_reason": next(
-                    (
-                        s.metadata.get("truncation_reason") or "length"
-                        for s in samples
-                        if s.status == Status.TRUNCATED
-                    ),
-                    None,
-                ),
-            },
-        )
-        if evaluation:
-            # slime's eval path wants one scored sample per prompt.
-            final = samples[-1] if samples else base
-            return [dataclasses.replace(final, reward=reward)]
-        if not samples:
-            raise InfraFailure(
-                "no trainable sample (no sampled token survived the context budget)",
-                stage="internal",
-            )
-        return samples
 
     def _abort(
         self,
