@@ -106,7 +106,7 @@ SCRIPT = textwrap.dedent("""
 
     async def main():
         out = {}
-        async with create_sandbox("docker", BASE_IMAGE, run_id="test-gvisor",
+        async with create_sandbox("docker", "coding-agent-rl/base:latest", run_id="test-gvisor",
                                   runtime="runsc", network="none", memory="512m") as sb:
             out["kernel"] = (await sb.exec("dmesg | head -1")).stdout
             out["nobody"] = (await sb.exec("id -u; grep CapEff /proc/self/status", user="nobody")).stdout
