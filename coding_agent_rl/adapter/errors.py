@@ -88,8 +88,11 @@ class PolicyAborted(AdapterError):
     status, kind = 503, "overloaded_error"
 
 
-class ClientGone(Exception):
+class ClientGone(CodingAgentRLError):
     """The agent CLI disconnected before the reply was fully written (logged as 499)."""
+
+    failure_kind: ClassVar[FailureKind] = "model"
+    default_stage = "adapter"
 
 
 def error_note(err: AdapterError) -> str:
