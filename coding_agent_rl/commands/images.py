@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _build(args: argparse.Namespace) -> int:
     from coding_agent_rl.datasets.schema import DatasetError, load_dataset
-    from coding_agent_rl.images.base import BASE_IMAGE
+    from coding_agent_rl.images.common import BASE_IMAGE
     from coding_agent_rl.images.provision import provide_images
 
     if args.concurrency < 1:
@@ -94,7 +94,8 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from coding_agent_rl.images.base import BASE_IMAGE, ImageBuildError, build_base_image
+    from coding_agent_rl.images.base import build_base_image
+    from coding_agent_rl.images.common import BASE_IMAGE, ImageBuildError
 
     try:
         if args.action == "base" and image_kind(args.backend) == "rootfs":

@@ -17,7 +17,7 @@ import subprocess
 from collections.abc import Callable
 
 from coding_agent_rl.datasets.schema import BuildSpec, load_dataset
-from coding_agent_rl.images.base import ImageBuildError
+from coding_agent_rl.images.common import ImageBuildError
 
 log = logging.getLogger(__name__)
 HASH_LABEL = "coding-agent-rl.content-hash"

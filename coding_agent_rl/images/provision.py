@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable
 
 from coding_agent_rl.datasets.schema import TaskRow
-from coding_agent_rl.images.base import BASE_IMAGE, ImageBuildError
+from coding_agent_rl.images.common import BASE_IMAGE, ImageBuildError
 from coding_agent_rl.images.dataset import SOURCE_LABEL, build_image
 
 

@@ -28,7 +28,7 @@ from typing import Any
 from coding_agent_rl.datasets.buildspec import BuildSpec
 from coding_agent_rl.datasets.recipes import ALWAYS, VENV, declared_spec, install_script, recipe_for
 from coding_agent_rl.datasets.schema import TaskRow
-from coding_agent_rl.images.base import ImageBuildError
+from coding_agent_rl.images.common import ImageBuildError
 from coding_agent_rl.images.dataset import _image_id, _label, build_image
 from coding_agent_rl.images.repo_source import checkout_at, mirror, source_url
 

@@ -32,7 +32,7 @@ import subprocess
 import tempfile
 import uuid
 
-from coding_agent_rl.images.base import (
+from coding_agent_rl.images.common import (
     BASE_IMAGE,
     BASE_PACKAGES,
     ImageBuildError,

@@ -64,7 +64,7 @@ cd /testbed && git checkout -q {base}
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory) -> dict[str, tuple[str, dict[str, str]]]:
-    from coding_agent_rl.images.base import BASE_IMAGE, image_exists
+    from coding_agent_rl.images.common import BASE_IMAGE, image_exists
 
     if not image_exists(BASE_IMAGE):
         pytest.fail(f"{BASE_IMAGE} is missing: run `coding-agent-rl images base` first")

@@ -23,7 +23,7 @@ TEMPLATE = "coding-agent-rl/test-{id_1776}:latest"
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory) -> dict:
     """An upstream repository, its SWE-bench row converted, the image built from source."""
-    from coding_agent_rl.images.base import BASE_IMAGE, image_exists
+    from coding_agent_rl.images.common import BASE_IMAGE, image_exists
 
     if not image_exists(BASE_IMAGE):
         pytest.fail(f"{BASE_IMAGE} is missing: run `coding-agent-rl images base` first")

@@ -14,7 +14,7 @@ import pytest
 from coding_agent_rl.datasets.buildspec import BuildSpec
 from coding_agent_rl.grading.prepared import sandbox_options_for
 from coding_agent_rl.images import rootfs
-from coding_agent_rl.images.base import ImageBuildError
+from coding_agent_rl.images.common import ImageBuildError
 from coding_agent_rl.images.dataset import build_rootfs_image
 from coding_agent_rl.sandbox import SandboxError, create_sandbox
 from coding_agent_rl.sandbox.local import bwrap_reason

@@ -40,7 +40,7 @@ def example_rows() -> dict[str, TaskRow]:
 def example_images() -> None:
     """Build the example images (about a second when they are up to date); the base image
     must exist (a missing one FAILS: `coding-agent-rl images base`)."""
-    from coding_agent_rl.images.base import BASE_IMAGE, image_exists
+    from coding_agent_rl.images.common import BASE_IMAGE, image_exists
     from coding_agent_rl.images.dataset import build_dataset_images
 
     if not image_exists(BASE_IMAGE):
