@@ -4,11 +4,11 @@ Docker bridge gateway, as in production."""
 
 from __future__ import annotations
 
-import subprocess
 import uuid
 
 import pytest
 from support import BASE_IMAGE
+from support.rollout_helpers import containers
 
 from coding_agent_rl.sandbox import create_sandbox
 
@@ -17,13 +17,7 @@ RUN_ID = f"harness-tests-{uuid.uuid4().hex[:8]}"
 
 
 def leftover_containers() -> list[str]:
-    r = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label=coding-agent-rl.run={RUN_ID}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return r.stdout.split()
+    return containers(RUN_ID)
 
 
 @pytest.fixture
