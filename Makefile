@@ -23,13 +23,15 @@ env: install
 test: env
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -rs $(PYTEST_ARGS)
 
 demo: env
 	$(BIN)/coding-agent-rl demo $(DEMO_ARGS)
 
 lint:
-	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/lint-imports && $(BIN)/mypy
 
 format:
 	$(BIN)/ruff check --fix . && $(BIN)/ruff format .

@@ -11,7 +11,9 @@ import importlib
 import logging
 import sys
 
-from coding_agent_rl.errors import UserError
+from coding_agent_rl import settings
+from coding_agent_rl.errors import TaskDataError, UserError
+from coding_agent_rl.registry import Registry
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -24,15 +26,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "list or garbage-collect leftover sandboxes",
     ),
     "bench": (
-        "coding_agent_rl.bench",
+        "coding_agent_rl.commands.bench",
         "benchmarks: sandbox | adapter | rollout | grading | native",
     ),
-    "policy-server": ("coding_agent_rl.policy.cli", "serve a CPU policy over SGLang's /generate"),
-    "tokenizer": ("coding_agent_rl.policy.tokenizer_cli", "write a tokenizer directory (qwen3)"),
-    "agents": ("coding_agent_rl.harness.cli", "fetch agent CLI binaries into the cache"),
-    "convert": ("coding_agent_rl.datasets.cli_convert", "convert SWE-bench-style datasets"),
+    "policy-server": (
+        "coding_agent_rl.commands.policy_server",
+        "serve a CPU policy over SGLang's /generate",
+    ),
+    "tokenizer": ("coding_agent_rl.commands.tokenizer", "write a tokenizer directory (qwen3)"),
+    "agents": ("coding_agent_rl.commands.agents", "fetch agent CLI binaries into the cache"),
+    "convert": ("coding_agent_rl.commands.convert", "convert SWE-bench-style datasets"),
     "validate": (
-        "coding_agent_rl.datasets.cli_validate",
+        "coding_agent_rl.commands.validate",
         "validate a dataset with its gold patches",
     ),
     "run": ("coding_agent_rl.commands.run", "run rollouts over a dataset"),
@@ -42,8 +47,31 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="coding-agent-rl", description=__doc__.splitlines()[0])
+def registries() -> list[Registry]:
+    """Every registry of named components (each lives with its layer; imported here)."""
+    from coding_agent_rl.datasets.convert import CONVERTERS
+    from coding_agent_rl.env import ENVIRONMENTS
+    from coding_agent_rl.harness import HARNESSES
+    from coding_agent_rl.sandbox import BACKENDS
+
+    return [BACKENDS, HARNESSES, ENVIRONMENTS, CONVERTERS]
+
+
+def broken_entry_points() -> str:
+    """Entry points of every registry that fail to load, one line each ('' when none)."""
+    lines = [r.describe_failures() for r in registries()]
+    return "\n".join(line for line in lines if line)
+
+
+def build_parser(*, with_failures: bool = False) -> argparse.ArgumentParser:
+    """The top-level parser; ``with_failures``: its help lists entry points that fail to load."""
+    broken = broken_entry_points() if with_failures else ""
+    parser = argparse.ArgumentParser(
+        prog="coding-agent-rl",
+        description=__doc__.splitlines()[0],
+        epilog=f"entry points that failed to load:\n{broken}" if broken else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_module, help_text) in COMMANDS.items():
@@ -53,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    asks_help = not argv or argv[0] in ("-h", "--help")
+    parser = build_parser(with_failures=asks_help)
     top, rest = parser.parse_known_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if top.verbose else logging.INFO,
@@ -75,8 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     args = sub.parse_args(rest)
     args.verbose = top.verbose
     try:
-        return int(module.run(args) or 0)
-    except UserError as e:
+        with settings.using(settings.load()):  # the environment, read once for the command
+            return int(module.run(args) or 0)
+    except (UserError, TaskDataError) as e:  # bad input: one line, no traceback
         print(f"coding-agent-rl {top.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -45,11 +45,11 @@ artifacts grow with every step, and the record is in each sample's metadata eith
 from __future__ import annotations
 
 import asyncio
-import os
-import pathlib
 from collections.abc import Sequence
 from typing import Any
 
+from coding_agent_rl import settings
+from coding_agent_rl.settings import Settings
 from coding_agent_rl.types import aborted_sample, from_caller, to_caller
 
 _runtime: Any = None
@@ -62,34 +62,31 @@ NORMALIZED_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline"
 STD_ESTIMATORS = ("grpo", "gspo", "cispo")
 
 
-def _env_float(name: str, default: float) -> float:
-    value = os.environ.get(name)
-    return float(value) if value else default
-
-
-def runtime_config_from_args(args: Any) -> Any:
-    """slime's ``args`` namespace + environment -> :class:`RuntimeConfig`."""
-    from coding_agent_rl.harness.base import json_env
+def runtime_config_from_args(args: Any, conf: Settings | None = None) -> Any:
+    """slime's ``args`` namespace + the settings (read from the environment when not given)
+    -> :class:`RuntimeConfig`."""
     from coding_agent_rl.rollout.config import RolloutConfig
     from coding_agent_rl.rollout.runtime import RuntimeConfig
 
+    conf = conf or settings.load()
     host = getattr(args, "sglang_router_ip", None) or "127.0.0.1"
     port = getattr(args, "sglang_router_port", None)
-    out_dir = os.environ.get("CODING_AGENT_RL_OUT_DIR")
     rollout = RolloutConfig(
-        backend=os.environ.get("CODING_AGENT_RL_SANDBOX", "docker"),
-        sandbox_options=dict(json_env("CODING_AGENT_RL_SANDBOX_OPTIONS", dict) or {}),
-        agent_budget_s=_env_float("SWE_AGENT_TIME_BUDGET_SEC", 1800.0),
-        eval_timeout_s=_env_float("SWE_EVAL_TIMEOUT_SEC", 600.0),
-        deadline_s=_env_float("SWE_ROLLOUT_DEADLINE_SEC", 0.0) or None,
-        reward_mode=os.environ.get("CODING_AGENT_RL_REWARD_MODE", "full"),
+        backend=conf.sandbox,
+        sandbox_options=dict(conf.sandbox_options),
+        agent_budget_s=conf.agent_budget_s,
+        eval_timeout_s=conf.eval_timeout_s,
+        deadline_s=conf.rollout_deadline_s,
+        reward_mode=conf.reward_mode,
         max_context=getattr(args, "rollout_max_context_len", None),
         max_response=getattr(args, "rollout_max_response_len", None),
-        model_name=os.environ.get("CODING_AGENT_RL_MODEL_NAME", "policy"),
-        out_dir=pathlib.Path(out_dir) if out_dir else None,
-        tamper_policy=os.environ.get("CODING_AGENT_RL_TAMPER_POLICY", "zero"),
+        model_name=conf.model_name,
+        out_dir=conf.out_dir,
+        tamper_policy=conf.tamper_policy,
+        agent_network=conf.agent_network,
+        prompt_template=conf.prompt_template,
     )
-    agent = os.environ.get("SWE_AGENT", "claude_code")
+    agent = conf.agent
     native: dict[str, Any] = {}
     if agent == "native":  # the native loop's budgets, as slime names them
         native = {
@@ -109,7 +106,14 @@ def runtime_config_from_args(args: Any) -> Any:
         reasoning_parser=getattr(args, "sglang_reasoning_parser", None),
         rollout=rollout,
         in_thread=True,
+        adapter_port=conf.adapter_port or 0,
+        settings=conf,
     )
+
+
+def _settings() -> Settings:
+    """The running runtime's settings; before it starts, the environment as it is."""
+    return _runtime.config.settings if _runtime is not None else settings.load()
 
 
 async def _get_runtime(args: Any) -> Any:
@@ -141,7 +145,7 @@ async def generate(
     if base.rollout_id is None:
         base.rollout_id = base.index
     try:
-        row = row_from_sample(base)
+        row = row_from_sample(base, base_dir=_settings().dataset_dir)
     except DatasetError as e:
         return [to_caller(aborted_sample(base, f"task data: {e}", "data"), sample)]
     try:

@@ -22,6 +22,8 @@ import dataclasses
 import enum
 from typing import Any
 
+from coding_agent_rl.errors import FailureKind
+
 SCHEMA_VERSION = 1
 
 
@@ -64,7 +66,7 @@ class Sample:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: tensors of ``multimodal_train_inputs`` as dtype, shape and base64 bytes."""
-        from coding_agent_rl.multimodal.serialize import tensors_to_json
+        from coding_agent_rl.tensors import tensors_to_json
 
         train, self.multimodal_train_inputs = self.multimodal_train_inputs, None
         try:
@@ -78,7 +80,7 @@ class Sample:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Sample:
-        from coding_agent_rl.multimodal.serialize import tensors_from_json
+        from coding_agent_rl.tensors import tensors_from_json
 
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in names}
@@ -107,7 +109,9 @@ class Sample:
                 raise ValueError("masked token carries a non-zero log prob")
 
 
-def aborted_sample(base: Any, reason: str, failure_kind: str = "infra", **metadata: Any) -> Any:
+def aborted_sample(
+    base: Any, reason: str, failure_kind: FailureKind = "infra", **metadata: Any
+) -> Any:
     """The placeholder slime drops from training: one masked token, ``remove_sample=True``,
     status ABORTED; an object of ``base``'s class (ours or the caller's)."""
     if type(base) is not Sample:

@@ -8,6 +8,8 @@ import subprocess
 
 import pytest
 
+pytest_plugins = ["support.fixtures"]  # the fixtures every folder shares
+
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
@@ -63,3 +65,13 @@ def vision(tiny_vlm_dir):
     from coding_agent_rl.multimodal.processor import VisionProcessor
 
     return VisionProcessor.load(tiny_vlm_dir)
+
+
+@pytest.fixture(autouse=True)
+def _no_installed_settings():
+    """Settings an entry point installed during a test (generate, env.generate) end with it."""
+    from coding_agent_rl import settings
+
+    previous = settings.install(None)
+    yield
+    settings.install(previous)

@@ -46,8 +46,9 @@ def tools_key(tools: list[dict[str, Any]]) -> bytes:
     return hashlib.blake2b(_dumps(tools).encode(), digest_size=16).digest()
 
 
-def function_tool(name: str, description: str | None, parameters: Any) -> dict[str, Any] | None:
-    """A canonical tool; an invalid schema is logged and replaced by an open object schema."""
+def function_tool(name: object, description: object, parameters: object) -> dict[str, Any] | None:
+    """A canonical tool from a request's (unchecked) JSON: no name drops it; an invalid schema is
+    logged and replaced by an open object schema."""
     if not isinstance(name, str) or not name:
         log.warning("dropping a tool without a name")
         return None

@@ -8,9 +8,17 @@ error a request provoked are not — the agent can send any of those on demand w
 
 from __future__ import annotations
 
+from typing import ClassVar
 
-class AdapterError(Exception):
-    """An HTTP error for the agent CLI. ``kind`` is wire-neutral; the wire class maps it."""
+from coding_agent_rl.errors import CodingAgentRLError, FailureKind
+
+
+class AdapterError(CodingAgentRLError):
+    """An HTTP error for the agent CLI. ``kind`` is wire-neutral; the wire class maps it.
+    A request error is the agent's doing (``failure_kind`` model) unless a subclass says not."""
+
+    failure_kind: ClassVar[FailureKind] = "model"
+    default_stage = "adapter"
 
     status = 500
     kind = "api_error"
@@ -61,6 +69,9 @@ class UpstreamError(AdapterError):
     """SGLang failed or could not be reached (after retries). ``confirmed``: a health probe of
     the policy server failed right after (see :attr:`AdapterError.infra_evidence`)."""
 
+    failure_kind = "infra"
+    default_stage = "policy"
+
     status, kind = 502, "api_error"
 
     def __init__(self, message: str, *, status: int | None = None, confirmed: bool = False):
@@ -72,11 +83,16 @@ class PolicyAborted(AdapterError):
     """The policy server answered ``finish_reason: abort`` to a request we did not abort (the
     trainer aborted its engines): the session ends; the CLI must not retry."""
 
+    failure_kind = "aborted"
+
     status, kind = 503, "overloaded_error"
 
 
-class ClientGone(Exception):
+class ClientGone(CodingAgentRLError):
     """The agent CLI disconnected before the reply was fully written (logged as 499)."""
+
+    failure_kind: ClassVar[FailureKind] = "model"
+    default_stage = "adapter"
 
 
 def error_note(err: AdapterError) -> str:

@@ -193,16 +193,18 @@ class TurnHandler:
             log.info("499 client gone before the reply was written (session %s): turn dropped", sid)
             return resp if resp is not None else web.Response(status=499)
         except Exception as e:
-            err = e if isinstance(e, AdapterError) else AdapterError(f"adapter error: {e!r}")
+            failure: AdapterError = (
+                e if isinstance(e, AdapterError) else AdapterError(f"adapter error: {e!r}")
+            )
             if not isinstance(e, AdapterError):
                 log.exception("adapter failure")
-            if session is not None and err.status >= 500:
+            if session is not None and failure.status >= 500:
                 # "infra: ..." only when a health probe confirmed the policy server failed
-                self.sessions.note_error(session, error_note(err))
+                self.sessions.note_error(session, error_note(failure))
             if resp is None or not resp.prepared:
-                return error_response(wire, err)
+                return error_response(wire, failure)
             try:  # the stream already started: an error event, so the CLI does not hang
-                await _write(resp, wire.stream_error(err), eof=True)
+                await _write(resp, wire.stream_error(failure), eof=True)
             except ClientGone:
                 pass
             return resp

@@ -25,7 +25,7 @@ ASSISTANT_ITEMS = ("reasoning", "function_call", "custom_tool_call")
 
 
 def _custom_tool(tool: dict[str, Any]) -> dict[str, Any] | None:
-    fmt = tool.get("format") if isinstance(tool.get("format"), dict) else {}
+    fmt: dict[str, Any] = tool["format"] if isinstance(tool.get("format"), dict) else {}
     hint = "The raw input for this tool"
     if fmt.get("type") == "grammar" and fmt.get("definition"):
         hint += f" ({fmt.get('syntax', 'grammar')} grammar):\n{fmt['definition']}"
@@ -94,7 +94,7 @@ class OpenAIResponses(WireFormat):
         for item in items:
             if not isinstance(item, dict):
                 raise BadRequest("input items must be objects")
-            kind = item.get("type") or ("message" if "role" in item else None)
+            kind = str(item.get("type") or ("message" if "role" in item else ""))
             is_assistant = kind in ASSISTANT_ITEMS or (
                 kind == "message" and item.get("role") == "assistant"
             )

@@ -80,7 +80,7 @@ class AdapterServer:
         if renderer is None:
             tokenizer = config.tokenizer
             if isinstance(tokenizer, str):
-                from coding_agent_rl.policy.tokenizer import load_tokenizer
+                from coding_agent_rl.tokenizer import load_tokenizer
 
                 tokenizer = load_tokenizer(tokenizer)
             # Our Qwen3-style template writes XML calls when asked; other templates ignore it.

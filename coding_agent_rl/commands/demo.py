@@ -2,7 +2,7 @@
 
 Builds what it needs (base image, task images, agent binary cache), then runs the real agent
 CLI in Docker sandboxes, or in local bubblewrap ones where no engine answers (images are then
-root filesystems built with debootstrap, see ``sandbox/rootfs.py``), against three CPU policies: ``replay`` (applies each task's gold patch through
+root filesystems built with debootstrap, see ``images/rootfs.py``), against three CPU policies: ``replay`` (applies each task's gold patch through
 the agent's shell tool: should solve everything), ``give-up`` (answers without touching the
 code: reward 0) and ``rewrite-tests`` (guts the visible tests and plants a conftest that forces
 PASSED: the grader must still score 0). Writes one HTML report per policy.
@@ -18,10 +18,11 @@ import pathlib
 import shutil
 import subprocess
 import time
-from importlib import resources
 from typing import Any
 
+from coding_agent_rl.datasets import examples_dataset
 from coding_agent_rl.errors import UserError
+from coding_agent_rl.sandbox import BACKENDS
 
 GIVE_UP = {"steps": [{"say": "I looked at the repository but I cannot solve this task."}]}
 # What reward hackers do: make the visible tests vacuous and force every test to pass.
@@ -41,12 +42,6 @@ REWRITE_TESTS = {
 }
 
 
-def examples_dataset() -> pathlib.Path:
-    return pathlib.Path(
-        str(resources.files("coding_agent_rl.datasets") / "examples" / "tasks.jsonl")
-    )
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs/demo"))
     p.add_argument("--agent", default="claude_code", help="claude_code | codex | ...")
@@ -54,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--agent-budget", type=float, default=300.0)
     p.add_argument(
         "--sandbox",
-        choices=("auto", "docker", "local"),
+        choices=("auto", *BACKENDS.names()),
         default="auto",
         help="auto: Docker when an engine answers, else local (bubblewrap, as root)",
     )
@@ -83,6 +78,8 @@ def pick_sandbox(wanted: str) -> str:
         if docker:
             raise UserError(f"--sandbox docker: {docker}")
         return "docker"
+    if wanted not in ("auto", "local"):
+        return wanted  # another registered backend, as asked
     local = bwrap_reason()
     if local is None:
         return "local"
@@ -94,23 +91,24 @@ def pick_sandbox(wanted: str) -> str:
 def prepare(agent: str, backend: str, limit: int | None = None) -> list[Any]:
     """Base image, task images, agent binary: built once, reused on later runs."""
     from coding_agent_rl.commands.run import load_rows
-    from coding_agent_rl.datasets.images import build_dataset_images
     from coding_agent_rl.harness import HARNESSES
     from coding_agent_rl.harness.cache import fetch
-    from coding_agent_rl.sandbox import rootfs
-    from coding_agent_rl.sandbox.images import build_base_image
+    from coding_agent_rl.images import rootfs
+    from coding_agent_rl.images.base import build_base_image
+    from coding_agent_rl.images.dataset import build_dataset_images
 
     t = time.monotonic()
-    if backend == "docker":
+    kind = BACKENDS.load(backend).image_kind
+    if kind == "docker":
         build_base_image()
-    elif rootfs.find(rootfs.BASE_IMAGE) is None:
+    elif kind == "rootfs" and rootfs.find(rootfs.BASE_IMAGE) is None:
         print("  building the base root filesystem with debootstrap (once, ~2 min)", flush=True)
         rootfs.build_base()
-    images = build_dataset_images(examples_dataset(), backend=backend)
+    images = build_dataset_images(examples_dataset(), kind=kind) if kind else []
     fetch(HARNESSES.load(agent).package)
-    kind = "image" if backend == "docker" else "root filesystem"
+    what = "image" if kind == "docker" else "root filesystem"
     print(
-        f"  prepared base {kind}, {len(images)} task {kind}s, {agent} binary "
+        f"  prepared base {what}, {len(images)} task {what}s, {agent} binary "
         f"({time.monotonic() - t:.1f}s)",
         flush=True,
     )
@@ -122,7 +120,6 @@ def run_policy(
 ) -> dict[str, Any]:
     from coding_agent_rl.rollout.batch import run_batch
     from coding_agent_rl.rollout.config import RolloutConfig
-    from coding_agent_rl.rollout.local_options import local_sandbox_options
     from coding_agent_rl.rollout.outputs import RunWriter
     from coding_agent_rl.rollout.runtime import RuntimeConfig
 
@@ -133,7 +130,6 @@ def run_policy(
         sampling_defaults={"max_new_tokens": 2048},
         rollout=RolloutConfig(
             backend=backend,
-            sandbox_options=local_sandbox_options(rows, args.agent) if backend == "local" else {},
             agent_budget_s=args.agent_budget,
             eval_timeout_s=120,
             max_context=32768,

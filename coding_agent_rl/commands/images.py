@@ -2,19 +2,28 @@
 
 ``images build --dataset FILE`` provides every row's image: built from the row's Dockerfile
 context, used as is when the engine has it, pulled with ``--pull``, or built from the
-repository's git source with ``--repo-source TEMPLATE`` (see datasets/provision.py). It prints
+repository's git source with ``--repo-source TEMPLATE`` (see images/provision.py). It prints
 one summary line per image and exits 1 when an image is missing or failed.
 
-``--backend docker`` (the default) builds Docker images; ``--backend local`` builds the root
-filesystems the local (bubblewrap) backend runs, with no container engine at all (rows with a
-build context only).
+``--backend`` names any registered sandbox backend; what it builds is the backend's
+``image_kind``: Docker images (docker), or the root filesystems the local (bubblewrap) backend
+runs, with no container engine at all (rows with a build context only).
 """
 
 from __future__ import annotations
 
 import argparse
 
-BACKENDS = ("docker", "local")
+from coding_agent_rl.errors import UserError
+from coding_agent_rl.sandbox import BACKENDS
+
+
+def image_kind(backend: str) -> str:
+    """What ``backend`` runs (``docker`` | ``rootfs``); a backend with none is a user error."""
+    kind = BACKENDS.load(backend).image_kind
+    if kind is None:
+        raise UserError(f"the {backend} backend builds its images itself (nothing to build here)")
+    return str(kind)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,11 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     base.add_argument(
         "--name", default=None, help="image name (default coding-agent-rl/base:latest)"
     )
-    base.add_argument("--backend", choices=BACKENDS, default="docker")
+    base.add_argument("--backend", choices=BACKENDS.names(), default="docker")
     build = sub.add_parser("build", help="provide the images a dataset's rows name")
     build.add_argument("--dataset", required=True, metavar="FILE", help="dataset (jsonl)")
     build.add_argument("--rebuild", action="store_true", help="rebuild even if they exist")
-    build.add_argument("--backend", choices=BACKENDS, default="docker")
+    build.add_argument("--backend", choices=BACKENDS.names(), default="docker")
     build.add_argument(
         "--pull", action="store_true", help="pull images the engine lacks from their registry"
     )
@@ -51,19 +60,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from coding_agent_rl.cli import UserError
-    from coding_agent_rl.datasets.provision import provide_images
     from coding_agent_rl.datasets.schema import DatasetError, load_dataset
-    from coding_agent_rl.sandbox.images import BASE_IMAGE
+    from coding_agent_rl.images.common import BASE_IMAGE
+    from coding_agent_rl.images.provision import provide_images
 
     if args.concurrency < 1:
         raise UserError("--concurrency must be at least 1")
-    if args.backend == "local":
+    if image_kind(args.backend) == "rootfs":
         if args.pull or args.repo_source:
-            raise UserError("--pull and --repo-source need --backend docker")
-        from coding_agent_rl.datasets.images import build_dataset_images
+            raise UserError("--pull and --repo-source need a backend of Docker images")
+        from coding_agent_rl.images.dataset import build_dataset_images
 
-        for name in build_dataset_images(args.dataset, rebuild=args.rebuild, backend="local"):
+        for name in build_dataset_images(args.dataset, rebuild=args.rebuild, kind="rootfs"):
             print(name)
         return 0
     try:
@@ -86,14 +94,14 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from coding_agent_rl.cli import UserError
-    from coding_agent_rl.sandbox.images import BASE_IMAGE, ImageBuildError, build_base_image
+    from coding_agent_rl.images.base import build_base_image
+    from coding_agent_rl.images.common import BASE_IMAGE, ImageBuildError
 
     try:
-        if args.action == "base" and args.backend == "local":
+        if args.action == "base" and image_kind(args.backend) == "rootfs":
             if args.from_image:
-                raise UserError("--from needs --backend docker")
-            from coding_agent_rl.sandbox.rootfs import build_base
+                raise UserError("--from needs a backend of Docker images")
+            from coding_agent_rl.images.rootfs import build_base
 
             print(build_base(args.name or BASE_IMAGE, rebuild=args.rebuild).root)
         elif args.action == "base":

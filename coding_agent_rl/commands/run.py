@@ -12,10 +12,11 @@ import asyncio
 import json
 import pathlib
 import sys
+from typing import Any
 
-from coding_agent_rl.cli import UserError
+from coding_agent_rl.errors import UserError
+from coding_agent_rl.sandbox import BACKENDS
 
-SANDBOXES = ("docker", "local", "e2b")
 NETWORK_MODES = ("adapter-only", "open", "none")
 
 
@@ -27,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="harness name (claude_code, codex, ...), or 'native': the policy's own tool calls "
         "run by the coding environment, no agent CLI",
     )
-    p.add_argument("--sandbox", default="docker", choices=SANDBOXES)
+    p.add_argument("--sandbox", default="docker", choices=BACKENDS.names())
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--sglang-url", help="a served policy (SGLang server or router)")
     src.add_argument("--policy", help="a CPU policy: replay | scripted:FILE | hf:DIR")
@@ -154,7 +155,7 @@ def image_settings(items: list[str]):
     from coding_agent_rl.multimodal.images import ImageLimits
     from coding_agent_rl.multimodal.parts import ImageSettings
 
-    options = parse_options(items)
+    options: dict[str, Any] = parse_options(items)
     limits = {f.name for f in dataclasses.fields(ImageLimits)}
     top = {"text_only", "placeholder"}
     unknown = sorted(set(options) - limits - top)
@@ -229,11 +230,6 @@ def run(args: argparse.Namespace) -> int:
     rows = load_rows(args.dataset, args.limit)
     config = build_config(args)
     check_isolation(config.rollout)
-    if args.sandbox == "local":  # read-only images: what rollouts write, the CLI bound in
-        from coding_agent_rl.rollout.local_options import local_sandbox_options
-
-        opts = config.rollout.sandbox_options
-        config.rollout.sandbox_options = {**local_sandbox_options(rows, args.agent), **opts}
     writer = RunWriter(args.out, resume=args.resume)
     summary = asyncio.run(
         run_batch(

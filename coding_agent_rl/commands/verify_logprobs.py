@@ -11,7 +11,7 @@ import argparse
 import json
 import pathlib
 
-from coding_agent_rl.cli import UserError
+from coding_agent_rl.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from coding_agent_rl.trajectory.verify import load_model, read_samples, verify
+    from coding_agent_rl.policy.verify import load_model, read_samples, verify
 
     if not args.samples.is_file():
         raise UserError(f"no such file: {args.samples}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from coding_agent_rl.cli import UserError
+from coding_agent_rl.errors import UserError
 from coding_agent_rl.report.html import DEFAULT_MAX_ROLLOUTS
 from coding_agent_rl.report.load import RESULTS_FILE, SAMPLES_FILE, SUMMARY_FILE
 

@@ -42,7 +42,7 @@ def swebench_parser(repo: str | None) -> str | None:
     if not repo:
         return None
     try:
-        from swebench.harness.log_parsers import MAP_REPO_TO_PARSER  # type: ignore[import-not-found]
+        from swebench.harness.log_parsers import MAP_REPO_TO_PARSER
 
         fn = MAP_REPO_TO_PARSER.get(repo)
         if fn is not None:

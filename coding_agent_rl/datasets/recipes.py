@@ -22,12 +22,13 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import shlex
+import sys
 from typing import Any
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+else:  # Python 3.10
+    import tomli as tomllib
 
 VENV = "/opt/venv"
 ALWAYS = ("pip", "setuptools", "wheel", "pytest")
@@ -63,7 +64,7 @@ def swebench_spec(repo: str | None, version: Any) -> dict[str, Any] | None:
     if not repo or version is None:
         return None
     try:
-        from swebench.harness.constants import (  # type: ignore[import-not-found]
+        from swebench.harness.constants import (
             MAP_REPO_VERSION_TO_SPECS,
         )
     except ImportError:

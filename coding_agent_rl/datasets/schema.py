@@ -28,13 +28,14 @@ from coding_agent_rl.datasets.fields import (
     test_ids,
 )
 from coding_agent_rl.datasets.log_parsers import needed_parser_hint
-from coding_agent_rl.grading.patchfiles import patch_paths
+from coding_agent_rl.errors import TaskDataError
+from coding_agent_rl.patches.files import patch_paths
 from coding_agent_rl.sandbox.limits import parse_resources
 
 LOG_PARSERS = ("pytest", "junit", "swebench", "r2e", "swepro")
 
 
-class DatasetError(ValueError):
+class DatasetError(TaskDataError):
     """A row that cannot be used; the message is one line: ``FILE:LINE: problem``."""
 
 
@@ -233,9 +234,9 @@ def row_from_sample(sample: Any, *, base_dir: str | pathlib.Path | None = None) 
     """The row a slime ``Sample`` was made from (``prompt``, ``label``, ``metadata``).
 
     slime reads the JSONL itself, so file references (``patch_file`` ...) resolve against
-    ``base_dir``, else ``$CODING_AGENT_RL_DATASET_DIR``, else the current directory.
+    ``base_dir`` (the entry points pass ``settings.dataset_dir``), else the current directory.
     """
-    base = base_dir or os.environ.get("CODING_AGENT_RL_DATASET_DIR") or os.getcwd()
+    base = base_dir or os.getcwd()
     obj = {"prompt": sample.prompt, "label": sample.label, "metadata": sample.metadata or {}}
     try:
         return parse_row(obj, base_dir=pathlib.Path(base), source=f"sample {sample.index}")

@@ -8,6 +8,11 @@
 * ``coding.py`` + ``tools.py`` + ``editor.py`` — the coding environment (bash, file editor,
   submit) on our sandboxes and grader; ``judge.py`` — an LLM-as-judge wrapper environment;
 * ``generate.py`` — slime's ``--custom-generate-function-path coding_agent_rl.env.generate.generate``.
+
+Environments are registered by name (:data:`ENVIRONMENTS`: ``coding``; third parties
+add an entry point in the group ``coding_agent_rl.environments`` naming a module with
+``build_env``); slime's ``--rollout-interaction-env-path`` takes such a name, a dotted module or
+a ``.py`` file.
 """
 
 from __future__ import annotations
@@ -17,8 +22,18 @@ from coding_agent_rl.env.encoding import ChatEncoder, Encoded, ObservationError
 from coding_agent_rl.env.episode import Episode, LoopConfig
 from coding_agent_rl.env.loop import run_episode
 from coding_agent_rl.env.turns import TurnRecord
+from coding_agent_rl.registry import Registry
+
+ENVIRONMENTS = Registry(
+    "environment",
+    "coding_agent_rl.environments",
+    {
+        "coding": ("coding_agent_rl.env.coding", None),
+    },
+)
 
 __all__ = [
+    "ENVIRONMENTS",
     "BaseInteractionEnv",
     "ChatEncoder",
     "Encoded",

@@ -35,8 +35,10 @@ import dataclasses
 import inspect
 from typing import Any
 
+from coding_agent_rl.errors import EnvFailure, FailureKind
 
-class EnvError(Exception):
+
+class EnvError(EnvFailure):
     """An environment failure that is not the model's. Retried within the turn's budget;
     ``reset=True`` makes the loop call ``env.reset()`` before the retry."""
 
@@ -59,7 +61,7 @@ class EnvOutcome:
     """
 
     reward: float | None
-    failure_kind: str | None = None
+    failure_kind: FailureKind | None = None
     reason: str | None = None
     record: dict[str, Any] = dataclasses.field(default_factory=dict)
 

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import posixpath
 import time
 from typing import Any
 
+from coding_agent_rl import settings
 from coding_agent_rl.adapter.parsers import parse_assistant
 from coding_agent_rl.adapter.parsers.xml_calls import convert
 from coding_agent_rl.env.base import BaseInteractionEnv, EnvOutcome, FatalEnvError
@@ -45,7 +45,7 @@ from coding_agent_rl.grading.grade import grade
 from coding_agent_rl.grading.prepared import GradingSandbox, sandbox_options_for
 from coding_agent_rl.grading.workspace import prepare_workspace
 from coding_agent_rl.harness.agent_user import agent_user_script, default_home
-from coding_agent_rl.sandbox import Sandbox, SandboxError, SandboxGone, create_sandbox
+from coding_agent_rl.sandbox import BACKENDS, Sandbox, SandboxError, SandboxGone, create_sandbox
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class CodingEnv(BaseInteractionEnv):
                 await self.ahead.__aenter__()
                 self.ahead.start()
             sb = create_sandbox(
-                cfg.backend, row.image, **sandbox_options_for(cfg.backend, cfg.sandbox_options)
+                cfg.backend, row.image, **sandbox_options_for(cfg.backend, cfg.sandbox_options, row)
             )
             await sb.__aenter__()
             self.sb = sb
@@ -151,7 +151,9 @@ class CodingEnv(BaseInteractionEnv):
                 data = await sb.read_file(path, binary=True)
             except Exception as e:  # the row names a file its image does not have: data
                 raise FatalEnvError(f"problem image {rel}: {type(e).__name__}: {e}") from e
-            parts.append({"type": "image", "image": bytes(data)})
+            parts.append(
+                {"type": "image", "image": data if isinstance(data, bytes) else data.encode()}
+            )
         return parts
 
     # ---- step --------------------------------------------------------------------------------------
@@ -170,7 +172,7 @@ class CodingEnv(BaseInteractionEnv):
             if self.config.on_no_tool_call == "submit":
                 return self._note(response_text, "", True, {"tools": [], "submitted": False})
             return self._note(response_text, NUDGE, False, {"tools": []})
-        results: list[dict[str, str]] = []
+        results: list[dict[str, Any]] = []
         names: list[str] = []
         done = False
         for n, call in enumerate(calls):
@@ -300,19 +302,19 @@ def _typed(name: str, args: Any) -> Any:
 
 def build_env(sample: Any = None, args: Any = None, **_: Any) -> CodingEnv:
     """slime's hook (``--rollout-interaction-env-path coding_agent_rl.env.coding``): the coding
-    env for a sample made from one of our dataset rows. Backend: ``CODING_AGENT_RL_SANDBOX``
+    env for a sample made from one of our dataset rows. Backend: ``settings.sandbox``
     (docker); parsers: slime's ``sglang_tool_call_parser`` / ``sglang_reasoning_parser``."""
+    from coding_agent_rl.datasets.prompt import PROBLEM_FILE, render_prompt
     from coding_agent_rl.datasets.schema import row_from_sample
-    from coding_agent_rl.rollout.prompt import PROBLEM_FILE, render_prompt
 
-    row = row_from_sample(sample)
-    backend = os.environ.get("CODING_AGENT_RL_SANDBOX", "docker")
+    conf = settings.current()
+    row = row_from_sample(sample, base_dir=conf.dataset_dir)
     config = CodingEnvConfig(
-        backend=backend,
+        backend=conf.sandbox,
         tool_parser=getattr(args, "sglang_tool_call_parser", None) or "qwen25",
         reasoning_parser=getattr(args, "sglang_reasoning_parser", None),
-        eval_timeout_s=float(os.environ.get("SWE_EVAL_TIMEOUT_SEC") or 600.0),
-        grade_ahead=backend in ("docker", "local"),
+        eval_timeout_s=conf.eval_timeout_s,
+        grade_ahead=BACKENDS.load(conf.sandbox).idle_is_free,
     )
     return CodingEnv(
         row,

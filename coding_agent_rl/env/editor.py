@@ -114,7 +114,8 @@ async def run_editor(ws: Workspace, args: dict[str, Any]) -> ToolResult:
     if kind == "dir":
         if command != "view":
             return error(f"{path} is a directory")
-        return ToolResult(preview(f"Files under {path}:\n{data}", ws.limits.max_output_chars))
+        listing = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
+        return ToolResult(preview(f"Files under {path}:\n{listing}", ws.limits.max_output_chars))
     assert isinstance(data, bytes)
     if command == "view" and data.startswith(IMAGE_MAGIC):
         return ToolResult(f"Image {path} ({len(data)} bytes):", images=[data])

@@ -27,11 +27,12 @@ import dataclasses
 from typing import Any
 
 from coding_agent_rl.adapter.render import Renderer
+from coding_agent_rl.errors import EnvFailure
 from coding_agent_rl.multimodal.buffer import merge_chunks
 from coding_agent_rl.multimodal.parts import ImageSettings, render_with_images
 
 
-class ObservationError(ValueError):
+class ObservationError(EnvFailure, ValueError):
     """An observation the encoder cannot turn into tokens (an env/config problem, not the
     model's)."""
 

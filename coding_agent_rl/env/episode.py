@@ -7,6 +7,7 @@ import dataclasses
 from typing import Any
 
 from coding_agent_rl.env.turns import TurnRecord
+from coding_agent_rl.errors import FailureKind
 
 COMPLETED, TRUNCATED, ABORTED = "completed", "truncated", "aborted"
 
@@ -45,7 +46,7 @@ class Episode:
     status: str = COMPLETED
     end: str = "done"
     reason: str | None = None  # why it was truncated / aborted, in words
-    failure_kind: str | None = None  # infra | data, for aborted episodes
+    failure_kind: FailureKind | None = None  # infra | data, for aborted episodes
     weight_versions: list[str] = dataclasses.field(default_factory=list)
     reset_info: dict[str, Any] = dataclasses.field(default_factory=dict)
     reset_s: float = 0.0

@@ -28,6 +28,7 @@ import sys
 import uuid
 from typing import Any
 
+from coding_agent_rl import settings
 from coding_agent_rl.env.base import call
 from coding_agent_rl.env.episode import ABORTED, LoopConfig
 from coding_agent_rl.env.loop import run_episode
@@ -79,9 +80,14 @@ def loop_config_from_args(args: Any) -> tuple[str, LoopConfig]:
 
 @functools.lru_cache(maxsize=16)
 def load_env_module(target: str) -> Any:
-    """A module by dotted name, or a ``.py`` file by path."""
+    """A registered environment (:data:`ENVIRONMENTS`), a module by dotted name, or a ``.py``
+    file by path."""
+    from coding_agent_rl.env import ENVIRONMENTS
+
     path = pathlib.Path(target)
-    if path.suffix == ".py":
+    if target in ENVIRONMENTS.names():
+        module = ENVIRONMENTS.load(target)
+    elif path.suffix == ".py":
         if not path.is_file():
             raise ValueError(f"environment module {target}: no such file")
         name = f"coding_agent_rl_env_{path.stem}_{abs(hash(str(path.resolve())))}"
@@ -99,21 +105,24 @@ def load_env_module(target: str) -> Any:
 
 
 class _State:
-    """Per process: the encoder and the SGLang client."""
+    """Per process: the settings (read once, installed for the process), the encoder and the
+    SGLang client."""
 
     def __init__(self, args: Any):
         from coding_agent_rl.adapter.sglang import SGLangClient
         from coding_agent_rl.env.encoding import ChatEncoder
         from coding_agent_rl.multimodal.processor import VisionProcessor, has_image_processor
-        from coding_agent_rl.policy.tokenizer import load_tokenizer
+        from coding_agent_rl.tokenizer import load_tokenizer
 
+        self.settings = settings.load()
+        settings.install(self.settings)
         checkpoint = getattr(args, "hf_checkpoint", None)
         self.tokenizer = load_tokenizer(checkpoint or "qwen3")
         kwargs = getattr(args, "apply_chat_template_kwargs", None) or None
         # A VLM checkpoint (it has an image processor): observations' images become image tokens.
         vision = (
             VisionProcessor.load(checkpoint, self.tokenizer)
-            if has_image_processor(checkpoint)
+            if checkpoint and has_image_processor(checkpoint)
             else None
         )
         self.encoder = ChatEncoder(self.tokenizer, template_kwargs=kwargs, vision=vision)
@@ -168,7 +177,9 @@ async def generate(
             tools=metadata.get("tools"),
         )
         if episode.status == ABORTED:
-            return abort_sample(sample, episode.reason or episode.end, episode.failure_kind)
+            return abort_sample(
+                sample, episode.reason or episode.end, episode.failure_kind or "infra"
+            )
         outcome = await call(env.evaluate) if hasattr(env, "evaluate") else None
         if outcome is not None and outcome.failure_kind == "infra":
             return abort_sample(sample, f"evaluate: {outcome.reason}", "infra")

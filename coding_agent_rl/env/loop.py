@@ -38,6 +38,7 @@ counted once, after the successful step, with its retries by exception type.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import logging
 import time
@@ -49,6 +50,7 @@ from coding_agent_rl.env.base import EnvError, FatalEnvError, call, split_reset,
 from coding_agent_rl.env.encoding import ChatEncoder, Encoded, ObservationError
 from coding_agent_rl.env.episode import ABORTED, TRUNCATED, Episode, LoopConfig
 from coding_agent_rl.env.turns import TurnRecord, preview, turn_event
+from coding_agent_rl.errors import FailureKind
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +67,15 @@ class Engine(Protocol):
         the episode holds images."""
 
 
-class _Stop(Exception):
-    """Ends the episode: ``end`` / ``status`` / ``reason`` / ``kind``."""
+@dataclasses.dataclass(frozen=True)
+class _End:
+    """How the episode ends, when a step ends it: ``end`` / ``status`` / ``reason`` / ``kind``.
+    Steps return it (None: go on); no exception carries it."""
 
-    def __init__(self, end: str, status: str, reason: str | None = None, kind: str | None = None):
-        super().__init__(reason or end)
-        self.end, self.status, self.reason, self.kind = end, status, reason, kind
+    end: str
+    status: str
+    reason: str | None = None
+    kind: FailureKind | None = None
 
 
 TurnHook = Callable[[TurnRecord], Awaitable[None] | None]
@@ -121,44 +126,51 @@ class _Loop:
             result = await asyncio.wait_for(result, self.config.env_step_timeout_s)
         return result
 
-    async def retrying(self, what: str, record: TurnRecord, fn: Any, *args: Any) -> Any:
-        """``fn(*args)`` with the turn's retry budget; ends the episode when it is spent."""
+    async def retrying(
+        self, what: str, record: TurnRecord, fn: Any, *args: Any
+    ) -> tuple[Any, _End | None]:
+        """``fn(*args)`` with the turn's retry budget: ``(result, None)``, or the episode's end
+        when the budget is spent (or the env failed for good)."""
         while True:
             try:
-                return await self._guarded(fn, *args)
+                return await self._guarded(fn, *args), None
             except asyncio.CancelledError:
                 raise
             except FatalEnvError as e:
-                raise _Stop(
+                return None, _End(
                     "env_failure", ABORTED, f"{what}: {type(e).__name__}: {e}", "infra"
-                ) from e
+                )
             except Exception as e:
                 record.count_retry(e)
                 if record.retries > self.config.max_env_retries_per_turn:
-                    raise _Stop(
+                    return None, _End(
                         "env_failure",
                         ABORTED,
                         f"{what} failed {record.retries} times "
                         f"(last: {type(e).__name__}: {str(e)[:300]})",
                         "infra",
-                    ) from e
+                    )
                 log.warning(
                     "%s failed (%s: %s); retry %d", what, type(e).__name__, e, record.retries
                 )
                 delay = self.config.env_retry_backoff_s * 2 ** (record.retries - 1)
                 await asyncio.sleep(min(delay, BACKOFF_CAP_S))
                 if isinstance(e, EnvError) and e.reset:
-                    await self.retrying(f"{what} (reset)", record, self.env.reset)
+                    _, end = await self.retrying(f"{what} (reset)", record, self.env.reset)
+                    if end is not None:
+                        return None, end
 
     # ---- the episode --------------------------------------------------------------------------
-    async def start(self, prompt: Any, tools: list[dict] | None) -> None:
+    async def start(self, prompt: Any, tools: list[dict] | None) -> _End | None:
         t0 = time.perf_counter()
         setup = TurnRecord(index=-1)
         try:
-            result = await self.retrying("env.reset", setup, self.env.reset)
+            result, end = await self.retrying("env.reset", setup, self.env.reset)
         finally:
             self.ep.reset_retries = setup.retry_types
             self.ep.reset_s = time.perf_counter() - t0
+        if end is not None:
+            return end
         observation, info = split_reset(result)
         self.ep.reset_info = info
         if isinstance(observation, dict) and isinstance(observation.get("messages"), list):
@@ -171,20 +183,22 @@ class _Loop:
             elif isinstance(prompt, list):
                 encoded = self.encoder.prompt(prompt, self.tools, images_used=0)
             else:
-                raise ObservationError(f"no prompt: the sample's prompt is {type(prompt).__name__}")
+                what = f"no prompt: the sample's prompt is {type(prompt).__name__}"
+                return _End("bad_observation", ABORTED, f"prompt: {what}", "data")
         except ObservationError as e:
-            raise _Stop("bad_observation", ABORTED, f"prompt: {e}", "data") from e
+            return _End("bad_observation", ABORTED, f"prompt: {e}", "data")
         self.ep.prompt_ids = list(encoded.ids)
         self.tokens = list(encoded.ids)
         self._add_media(encoded)
         room, budget = self.room()
         if room is not None and room <= 0:
-            raise _Stop(
+            return _End(
                 "prompt_too_long",
                 ABORTED,
                 f"the prompt is {len(self.tokens)} tokens: no room left under the {budget}",
                 "data",
             )
+        return None
 
     def _add_media(self, encoded: Encoded) -> None:
         """Images accumulate for SGLang; this turn's tensors are buffered (merged once at the
@@ -199,24 +213,29 @@ class _Loop:
         self.ep.loss_mask.extend([1 if logprobs is not None else 0] * len(ids))
         self.ep.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
 
-    async def turn(self, index: int, last: bool, on_turn: TurnHook | None) -> TurnRecord:
-        """One turn; its record is logged (and handed to ``on_turn``) however the turn ends."""
+    async def turn(
+        self, index: int, last: bool, on_turn: TurnHook | None
+    ) -> tuple[TurnRecord | None, _End | None]:
+        """One turn and, when it ends the episode, how; its record is logged however the turn
+        ends, and handed to ``on_turn`` when the episode goes on or ends done."""
         room, budget = self.room()
         if room is not None and room <= 0:
-            raise _Stop(budget, TRUNCATED, f"no room left under the {budget}")
+            return None, _End(budget, TRUNCATED, f"no room left under the {budget}")
         record = TurnRecord(index=index)
         t0 = time.perf_counter()
         try:
-            await self._turn(record, room, budget, last)
+            end = await self._turn(record, room, budget, last)
         finally:
             record.loop_s = max(0.0, time.perf_counter() - t0 - record.generate_s - record.env_s)
             if record in self.ep.turns:
                 turn_event(self.routing_key, record)
-        if on_turn is not None:
+        if end is None and on_turn is not None:
             await call(on_turn, record)
-        return record
+        return record, end
 
-    async def _turn(self, record: TurnRecord, room: int | None, budget: str, last: bool) -> None:
+    async def _turn(
+        self, record: TurnRecord, room: int | None, budget: str, last: bool
+    ) -> _End | None:
         params = self.params(room)
         t_gen = time.perf_counter()
         try:
@@ -226,11 +245,11 @@ class _Loop:
             )
         except PolicyRejected as e:  # the request is prompt + sampled + observation tokens:
             # all of it the model's doing or its sandbox's, never evidence against us
-            raise _Stop("policy_rejected", TRUNCATED, f"policy server: {e}") from e
+            return _End("policy_rejected", TRUNCATED, f"policy server: {e}")
         except UpstreamError as e:  # infra only when a health probe confirmed the failure
             if e.infra_evidence:
-                raise _Stop("policy_error", ABORTED, f"policy server: {e}", "infra") from e
-            raise _Stop("policy_error", TRUNCATED, f"policy server (healthy): {e}") from e
+                return _End("policy_error", ABORTED, f"policy server: {e}", "infra")
+            return _End("policy_error", TRUNCATED, f"policy server (healthy): {e}")
         record.generate_s = time.perf_counter() - t_gen
         output, logprobs = list(gen.output_ids), list(gen.logprobs)
         cut = self._vision_token_at(output)
@@ -242,9 +261,9 @@ class _Loop:
             self.ep.weight_versions.append(gen.weight_version)
         self.ep.turns.append(record)
         if gen.finish_reason == "abort":
-            raise _Stop("abort", ABORTED, "the engine aborted the request", "infra")
+            return _End("abort", ABORTED, "the engine aborted the request", "infra")
         if cut is not None:
-            raise _Stop(
+            return _End(
                 "vision_token",
                 TRUNCATED,
                 f"the policy sampled an image token (id {gen.output_ids[cut]}); "
@@ -254,20 +273,23 @@ class _Loop:
             capped = room is not None and params["max_new_tokens"] >= room
             if capped or self.config.stop_on_length:
                 end = budget if capped else "length"
-                raise _Stop(end, TRUNCATED, f"generation stopped at {len(gen.output_ids)} tokens")
+                return _End(end, TRUNCATED, f"generation stopped at {len(gen.output_ids)} tokens")
         text = self.encoder.decode(gen.output_ids)
         record.action = preview(text, self.config.preview_chars)
         t_env = time.perf_counter()
-        result = await self.retrying("env.step", record, self.env.step, text)
+        result, stopped = await self.retrying("env.step", record, self.env.step, text)
         record.env_s = time.perf_counter() - t_env
+        if stopped is not None:
+            return stopped
         try:
             observation, done, info = split_step(result)
         except ValueError as e:
-            raise _Stop("env_failure", ABORTED, str(e), "infra") from e
+            return _End("env_failure", ABORTED, str(e), "infra")
         record.done = done
         record.set_info(info)
         if not done and not last:
-            await self._observe(record, observation, gen.finish_reason)
+            return await self._observe(record, observation, gen.finish_reason)
+        return None
 
     def _vision_token_at(self, output: list[int]) -> int | None:
         """Where a VLM policy sampled one of its vision special tokens, if it did."""
@@ -277,7 +299,7 @@ class _Loop:
         special = {vision.pad_id, vision.start_id, vision.end_id}
         return next((i for i, t in enumerate(output) if t in special), None)
 
-    async def _observe(self, record: TurnRecord, observation: Any, finish: str) -> None:
+    async def _observe(self, record: TurnRecord, observation: Any, finish: str) -> _End | None:
         if isinstance(observation, dict) and "obs_str" in observation:
             record.observation = preview(str(observation["obs_str"]), self.config.preview_chars)
         try:
@@ -286,10 +308,10 @@ class _Loop:
                 self.tokens, finish, message, self.tools, images_used=len(self.ep.image_data)
             )
         except ObservationError as e:
-            raise _Stop("bad_observation", ABORTED, f"observation: {e}", "infra") from e
+            return _End("bad_observation", ABORTED, f"observation: {e}", "infra")
         room, budget = self.room()
         if room is not None and len(encoded.ids) >= room:  # one sampled token must still fit
-            raise _Stop(
+            return _End(
                 budget,
                 TRUNCATED,
                 f"the observation ({len(encoded.ids)} tokens) does not fit the {budget}",
@@ -297,6 +319,7 @@ class _Loop:
         self._append(encoded.ids, None)
         self._add_media(encoded)
         record.observation_tokens = len(encoded.ids)
+        return None
 
 
 async def run_episode(
@@ -319,20 +342,15 @@ async def run_episode(
     """
     config = config or LoopConfig()
     loop = _Loop(env, engine, encoder, config, sampling_params or {}, routing_key)
-    try:
-        await loop.start(prompt, tools)
+    end = await loop.start(prompt, tools)
+    if end is None:
         for index in range(config.max_turns):
-            record = await loop.turn(index, index + 1 == config.max_turns, on_turn)
-            if record.done:
+            record, end = await loop.turn(index, index + 1 == config.max_turns, on_turn)
+            if end is not None or (record is not None and record.done):
                 break
         else:
             loop.ep.end = "max_turns"
-    except _Stop as stop:
+    if end is not None:
         ep = loop.ep
-        ep.end, ep.status, ep.reason, ep.failure_kind = (
-            stop.end,
-            stop.status,
-            stop.reason,
-            stop.kind,
-        )
+        ep.end, ep.status, ep.reason, ep.failure_kind = end.end, end.status, end.reason, end.kind
     return loop.ep

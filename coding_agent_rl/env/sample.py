@@ -15,6 +15,7 @@ from typing import Any
 
 from coding_agent_rl.env.episode import Episode
 from coding_agent_rl.env.turns import turn_metrics
+from coding_agent_rl.errors import FailureKind
 from coding_agent_rl.multimodal.buffer import merge_chunks
 from coding_agent_rl.types import Sample, Status, aborted_sample
 
@@ -74,7 +75,7 @@ def fill_sample(
     return sample
 
 
-def abort_sample(sample: Any, reason: str, kind: str, **metadata: Any) -> Any:
+def abort_sample(sample: Any, reason: str, kind: FailureKind, **metadata: Any) -> Any:
     """slime's aborted placeholder (``remove_sample=True``) with the caller's status class."""
     out = aborted_sample(sample, reason, kind, **metadata)
     out.status = status_member(sample, "aborted")

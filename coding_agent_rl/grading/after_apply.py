@@ -15,11 +15,11 @@ import shlex
 from typing import TYPE_CHECKING
 
 from coding_agent_rl.grading.defences import Defences
-from coding_agent_rl.grading.patchfiles import patch_paths, path_matches
 from coding_agent_rl.grading.prepared import Prepared
 from coding_agent_rl.grading.result import GradeResult, fail
 from coding_agent_rl.grading.screen import Added, screen
 from coding_agent_rl.grading.workspace import GIT, emit_list, list_script
+from coding_agent_rl.patches.files import patch_paths, path_matches
 from coding_agent_rl.sandbox.capped_read import EMIT, emit_command, parse_emitted
 
 if TYPE_CHECKING:  # the schema imports grading.patchfiles; avoid the cycle at runtime

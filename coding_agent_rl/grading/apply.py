@@ -13,8 +13,8 @@ import base64
 import dataclasses
 import posixpath
 
-from coding_agent_rl.grading.patchfiles import patch_paths
 from coding_agent_rl.grading.workspace import GIT, WorkspaceError, q, restore_script
+from coding_agent_rl.patches.files import patch_paths
 from coding_agent_rl.sandbox.base import Sandbox
 
 LADDER: tuple[tuple[str, str], ...] = (
@@ -66,7 +66,7 @@ async def apply_patch(
         await sb.write_file(patch_path, patch, mode=0o644)
     undo = restore_script(base, patch_paths(patch.decode("utf-8", "surrogateescape")))
     log_path = q(patch_path + ".log")
-    logs = []
+    logs: list[str] = []
     for name, template in ladder:
         rung = template.format(patch=q(patch_path))
         script = (

@@ -57,11 +57,11 @@ class Records:
     @property
     def removed(self) -> list[tuple[str, str]]:
         """New files the plugin itself removed before the tests ran (path, reason)."""
-        return [tuple(x) for x in (self.start or {}).get("removed") or []]  # type: ignore[misc]
+        return [(str(x[0]), str(x[1])) for x in (self.start or {}).get("removed") or []]
 
 
 def _worst(old: str | None, new: str) -> str:
-    from coding_agent_rl.grading.parsers import _RANK
+    from coding_agent_rl.datasets.logparse import _RANK
 
     return new if old is None or _RANK.get(new, 5) > _RANK.get(old, 5) else old
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 
+from coding_agent_rl.errors import CodingAgentRLError
 from coding_agent_rl.grading.workspace import q
 from coding_agent_rl.sandbox.base import Sandbox
 
@@ -22,8 +23,12 @@ DEFAULT_EXCLUDES = (".harness", "PROBLEM_STATEMENT.md")
 DEFAULT_MAX_BYTES = 2 * 1024 * 1024
 
 
-class DiffCaptureError(RuntimeError):
-    """The diff could not be computed (e.g. the agent removed ``.git``); the message says why."""
+class DiffCaptureError(CodingAgentRLError, RuntimeError):
+    """The diff could not be computed (e.g. the agent removed ``.git``); the message says why.
+    The agent controls its workdir: this is the model's failure."""
+
+    failure_kind = "model"
+    default_stage = "diff"
 
 
 @dataclasses.dataclass(frozen=True)

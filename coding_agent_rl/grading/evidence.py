@@ -17,9 +17,9 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from coding_agent_rl.datasets.logparse import canonical_id
 from coding_agent_rl.grading.canaries import Canary, check_canaries
 from coding_agent_rl.grading.channel import exit_status_problem, read_records
-from coding_agent_rl.grading.parsers import canonical_id
 
 if TYPE_CHECKING:
     from coding_agent_rl.datasets.schema import TaskRow

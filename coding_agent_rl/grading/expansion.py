@@ -16,13 +16,17 @@ from __future__ import annotations
 import base64
 import zlib
 
-from coding_agent_rl.grading.patchfiles import split_patch
+from coding_agent_rl.errors import CodingAgentRLError
+from coding_agent_rl.patches.files import split_patch
 
 DEFAULT_MAX_EXPANDED = 64 * 1024 * 1024
 
 
-class Unbounded(ValueError):
-    """The patch's effect on disk cannot be bounded (the message says why)."""
+class Unbounded(CodingAgentRLError, ValueError):
+    """The patch's effect on disk cannot be bounded (the message says why): the model's."""
+
+    failure_kind = "model"
+    default_stage = "grading"
 
 
 def _line_bytes(line: str) -> bytes:

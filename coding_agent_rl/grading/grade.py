@@ -46,6 +46,7 @@ import shlex
 import time
 from typing import TYPE_CHECKING, Any
 
+from coding_agent_rl.datasets.logparse import ParserUnavailable
 from coding_agent_rl.grading.after_apply import (
     LIST_MARK,
     RESET_MARK,
@@ -57,8 +58,6 @@ from coding_agent_rl.grading.apply import apply_patch
 from coding_agent_rl.grading.defences import Defences
 from coding_agent_rl.grading.diff import DEFAULT_MAX_BYTES
 from coding_agent_rl.grading.expansion import expansion_problem
-from coding_agent_rl.grading.parsers import ParserUnavailable
-from coding_agent_rl.grading.patchfiles import filter_patch, path_matches
 from coding_agent_rl.grading.prepared import (
     GradingSandbox,
     Prepared,
@@ -67,9 +66,10 @@ from coding_agent_rl.grading.prepared import (
 )
 from coding_agent_rl.grading.protect import protected_patterns
 from coding_agent_rl.grading.protocols import Graded, run_eval, run_harbor, run_tests
-from coding_agent_rl.grading.result import GradeResult, GradingDone, cap_log, fail
+from coding_agent_rl.grading.result import GradeResult, cap_log, fail
 from coding_agent_rl.grading.screen import screened_files
 from coding_agent_rl.grading.workspace import WorkspaceError, parse_list, run_checked
+from coding_agent_rl.patches.files import filter_patch, path_matches
 from coding_agent_rl.sandbox import SandboxError, create_sandbox
 
 if TYPE_CHECKING:  # the schema imports grading.patchfiles; avoid the cycle at runtime
@@ -116,35 +116,19 @@ async def grade(
     result = GradeResult(grader=row.grader)
     data = diff.encode("utf-8", "surrogateescape") if isinstance(diff, str) else diff
     try:
-        if len(data) > max_diff_bytes:
-            fail(result, "model", f"diff is {len(data)} bytes, over the {max_diff_bytes}-byte cap")
-        if not data.strip() and not allow_empty:
-            fail(result, "model", "empty diff")
-        text = data.decode("utf-8", "surrogateescape")
-        patterns = protected_patterns(row, extra=extra_protected)
-        kept, dropped = filter_patch(text, patterns)
-        result.protected_paths_touched = dropped
-        if data.strip() and not kept.strip() and not allow_empty:
-            fail(result, "model", f"diff only changes protected paths: {', '.join(dropped[:5])}")
-        if defences.expansion_cap is not None and (
-            problem := expansion_problem(kept, defences.expansion_cap)
-        ):
-            fail(result, "model", problem)
-        kept_data = kept.encode("utf-8", "surrogateescape")
-        timeout = row.test_timeout or timeout
-        if sandbox is not None:
-            prepared = await sandbox.ready()
-            await _grade_in(prepared, row, kept_data, patterns, result, timeout, defences, sandbox)
-        else:
-            opts = sandbox_options_for(backend, sandbox_options, row)
-            async with create_sandbox(backend, image=row.image, **opts) as sb:
-                prepared = await prepare_grading(sb, row, defences)
-                where = (backend, sandbox_options)
-                await _grade_in(
-                    prepared, row, kept_data, patterns, result, timeout, defences, where
-                )
-    except GradingDone:
-        pass
+        await _grade(
+            row,
+            data,
+            result,
+            backend,
+            sandbox_options,
+            timeout,
+            allow_empty,
+            max_diff_bytes,
+            extra_protected,
+            sandbox,
+            defences,
+        )
     except (SandboxError, WorkspaceError, ParserUnavailable) as e:
         result.reward, result.failure_kind, result.reason = 0.0, "infra", f"{type(e).__name__}: {e}"
     except Exception as e:  # a grader bug must not be scored as the model's failure
@@ -153,6 +137,51 @@ async def grade(
         result.reason = f"internal grading error: {type(e).__name__}: {e}"
     result.duration_s = round(time.monotonic() - t0, 3)
     return result
+
+
+async def _grade(
+    row: TaskRow,
+    data: bytes,
+    result: GradeResult,
+    backend: str,
+    sandbox_options: dict[str, Any] | None,
+    timeout: float,
+    allow_empty: bool,
+    max_diff_bytes: int,
+    extra_protected: tuple[str, ...],
+    sandbox: GradingSandbox | None,
+    defences: Defences,
+) -> None:
+    """:func:`grade`'s steps; each one that ends grading returns with ``result`` final."""
+    if len(data) > max_diff_bytes:
+        fail(result, "model", f"diff is {len(data)} bytes, over the {max_diff_bytes}-byte cap")
+        return
+    if not data.strip() and not allow_empty:
+        fail(result, "model", "empty diff")
+        return
+    text = data.decode("utf-8", "surrogateescape")
+    patterns = protected_patterns(row, extra=extra_protected)
+    kept, dropped = filter_patch(text, patterns)
+    result.protected_paths_touched = dropped
+    if data.strip() and not kept.strip() and not allow_empty:
+        fail(result, "model", f"diff only changes protected paths: {', '.join(dropped[:5])}")
+        return
+    if defences.expansion_cap is not None and (
+        problem := expansion_problem(kept, defences.expansion_cap)
+    ):
+        fail(result, "model", problem)
+        return
+    kept_data = kept.encode("utf-8", "surrogateescape")
+    timeout = row.test_timeout or timeout
+    if sandbox is not None:
+        prepared = await sandbox.ready()
+        await _grade_in(prepared, row, kept_data, patterns, result, timeout, defences, sandbox)
+    else:
+        opts = sandbox_options_for(backend, sandbox_options, row)
+        async with create_sandbox(backend, image=row.image, **opts) as sb:
+            prepared = await prepare_grading(sb, row, defences)
+            where = (backend, sandbox_options)
+            await _grade_in(prepared, row, kept_data, patterns, result, timeout, defences, where)
 
 
 async def _grade_in(
@@ -190,12 +219,15 @@ async def _grade_in(
                 "model",
                 "diff does not apply (git apply, --3way and patch --fuzz all failed)",
             )
+            return
         result.apply_method = outcome.method
         head, _, _ = outcome.then_output.partition(f"{LIST_MARK}\n")
         agent_paths = sorted(parse_list(outcome.then_output) - before)
         reset = RESET_MARK in head.splitlines()
         record_drops(result, head)
         screen_post_images(result, head, sources, defences)
+        if result.done:  # the tamper screen scored it
+            return
     # Defence in depth: whatever protected path changed on disk (however the patch spelled it)
     # goes back to the base, together with the declared test files.
     sneaked = [p for p in agent_paths if path_matches(p, patterns)]

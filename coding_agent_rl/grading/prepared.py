@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Any
 from coding_agent_rl.grading import channel
 from coding_agent_rl.grading.canaries import Canary, plan_canaries
 from coding_agent_rl.grading.defences import Defences, result_method
-from coding_agent_rl.grading.patchfiles import patch_paths
 from coding_agent_rl.grading.runner import TEST_UID, TestRunner
 from coding_agent_rl.grading.workspace import (
     GIT,
@@ -52,6 +51,7 @@ from coding_agent_rl.grading.workspace import (
     restore_script,
     run_checked,
 )
+from coding_agent_rl.patches.files import patch_paths
 from coding_agent_rl.sandbox import BACKENDS, Sandbox, create_sandbox
 from coding_agent_rl.sandbox.base import NetworkUnsupported
 from coding_agent_rl.sandbox.capped_read import EMIT, emit_command, parse_emitted

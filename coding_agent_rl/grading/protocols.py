@@ -16,11 +16,11 @@ import pathlib
 import shlex
 import xml.etree.ElementTree as ET
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
+from coding_agent_rl.datasets.logparse import parse_log
 from coding_agent_rl.grading.defences import Defences
 from coding_agent_rl.grading.evidence import plugin_verdict
-from coding_agent_rl.grading.parsers import parse_log
 from coding_agent_rl.grading.prepared import GradingSandbox, Prepared
 from coding_agent_rl.grading.result import GradeResult, cap_log, fail, score_tests
 from coding_agent_rl.grading.runner import TestRun, TestRunner
@@ -79,8 +79,9 @@ class Graded:
         self.result.tests_s = round(self.result.tests_s + run.duration_s, 3)
         return run
 
-    async def settle(self, what: str, works: Works) -> NoReturn:
-        """No result from the agent's run: a control run decides whose failure it is."""
+    async def settle(self, what: str, works: Works) -> None:
+        """No result from the agent's run: a control run decides whose failure it is; the
+        result is final afterwards (the caller returns)."""
         if self.defences.fresh_control:
             ok = await _control_in_fresh_sandbox(self, works)
             self.result.control = f"fresh sandbox: {'a result' if ok else 'no result either'}"
@@ -94,10 +95,12 @@ class Graded:
                 "model",
                 f"{what}; without the agent's changes they run, so the diff is at fault",
             )
-        fail(self.result, "infra", f"{what}, also without the agent's changes")
+        else:
+            fail(self.result, "infra", f"{what}, also without the agent's changes")
 
 
 async def _control_in_fresh_sandbox(g: Graded, works: Works) -> bool:
+    options: dict[str, Any] | None
     if isinstance(g.where, GradingSandbox):
         backend, options = g.where.backend, g.where.sandbox_options
     else:
@@ -150,6 +153,7 @@ async def _run_plugin(g: Graded) -> None:
     ]
     if v.ambiguous and not v.evidence:
         await g.settle(v.ambiguous, _plugin_works)
+        return
     score_tests(g.result, v.statuses, g.row.log_parser, g.row.fail_to_pass, g.row.pass_to_pass)
     if v.evidence:
         g.result.tampering += v.evidence
@@ -173,6 +177,7 @@ async def _run_log(g: Graded) -> None:
             f"tests timed out after {g.timeout:.0f}s" if run.timed_out else "no test results parsed"
         )
         await g.settle(what, _log_works)
+        return
     score_tests(g.result, statuses, g.row.log_parser, g.row.fail_to_pass, g.row.pass_to_pass)
 
 
@@ -226,6 +231,7 @@ async def run_eval(g: Graded) -> None:
     g.record(run)
     if run.timed_out:
         await g.settle(f"eval_cmd timed out after {g.timeout:.0f}s", _eval_works)
+        return
     solved = run.exit_code == 0
     g.result.reward = 1.0 if solved else 0.0
     g.result.failure_kind = None if solved else "model"
@@ -245,6 +251,7 @@ async def run_harbor(g: Graded) -> None:
     if reward is None or run.timed_out:
         what = "test.sh timed out" if run.timed_out else "test.sh wrote no reward file"
         await g.settle(what, _harbor_works)
+        return
     assert reward is not None
     g.result.reward = max(0.0, min(1.0, reward))
     g.result.failure_kind = None if g.result.reward >= 1.0 else "model"

@@ -303,9 +303,8 @@ def pytest_configure(config):
 
 
 def _rel(nodeid):
-    config = _REC.pytest_config
     try:
-        return config.cwd_relative_nodeid(nodeid)
+        return _REC.pytest_config.cwd_relative_nodeid(nodeid)  # type: ignore[union-attr]
     except Exception:
         return nodeid
 

@@ -20,21 +20,20 @@ code under test can print anything), ``exit_code`` (``eval_cmd``), ``reward_file
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NoReturn
+from typing import Any
 
-from coding_agent_rl.grading.parsers import canonical_id
+from coding_agent_rl.datasets.logparse import canonical_id
+from coding_agent_rl.errors import FailureKind
 
 MISSING = "MISSING"
 
 
-class GradingDone(Exception):
-    """Grading ended early; the result is already filled in (raised by :func:`fail`)."""
-
-
-def fail(result: GradeResult, kind: str, reason: str) -> NoReturn:
-    """Score 0 with ``failure_kind=kind`` and stop grading."""
+def fail(result: GradeResult, kind: FailureKind, reason: str) -> GradeResult:
+    """Score 0 with ``failure_kind=kind``; the result is final (``done``): the caller returns
+    and grading stops (no exception carries this: each step says whether it ended grading)."""
     result.reward, result.failure_kind, result.reason = 0.0, kind, reason
-    raise GradingDone
+    result.done = True
+    return result
 
 
 LOG_CAP = 64 * 1024
@@ -53,7 +52,7 @@ def cap_log(text: str, cap: int = LOG_CAP) -> str:
 @dataclasses.dataclass
 class GradeResult:
     reward: float = 0.0
-    failure_kind: str | None = None
+    failure_kind: FailureKind | None = None
     reason: str = ""
     grader: str = "tests"
     f2p_passed: int = 0
@@ -75,6 +74,7 @@ class GradeResult:
     screen_skipped: list[str] = dataclasses.field(default_factory=list)  # too large to screen
     canaries: int = 0  # canary tests added to this run
     control: str | None = None  # whether and where a control run gave a result
+    done: bool = dataclasses.field(default=False, repr=False)  # final: set by :func:`fail`
 
     @property
     def solved(self) -> bool:
@@ -103,6 +103,7 @@ class GradeResult:
         d = dataclasses.asdict(self)
         d.pop("test_log")
         d.pop("tests")
+        d.pop("done")
         return d
 
 

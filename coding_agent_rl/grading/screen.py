@@ -25,7 +25,7 @@ import dataclasses
 import fnmatch
 import re
 
-from coding_agent_rl.grading.patchfiles import split_patch
+from coding_agent_rl.patches.files import split_patch
 
 POLICIES = ("zero", "flag")
 TEST_PATTERNS = ("test_*.py", "*_test.py", "conftest.py")

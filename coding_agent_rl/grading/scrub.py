@@ -15,7 +15,7 @@ under ``pipefail`` dies of SIGPIPE); every failure names the command and carries
 
 from __future__ import annotations
 
-from coding_agent_rl.grading.workspace import GIT, WorkspaceError, q, run_checked
+from coding_agent_rl.grading.git import GIT, WorkspaceError, q, run_checked
 from coding_agent_rl.sandbox.base import Sandbox
 
 # A bash function (run under ``set -euo pipefail``); ``car_scrub DIR COMMIT`` scrubs one

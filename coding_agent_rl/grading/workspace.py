@@ -15,17 +15,16 @@ from __future__ import annotations
 import base64
 import posixpath
 import secrets
-import shlex
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from coding_agent_rl.sandbox.base import ExecResult, Sandbox
+from coding_agent_rl.datasets.prompt import PROBLEM_FILE
+from coding_agent_rl.grading.git import GIT, WorkspaceError, q, run_checked
+from coding_agent_rl.sandbox.base import Sandbox
 
-if TYPE_CHECKING:  # the schema imports grading.patchfiles; avoid the cycle at runtime
+if TYPE_CHECKING:
     from coding_agent_rl.datasets.schema import TaskRow
 
-# Never let repository config run code for us: no hooks, no fsmonitor, any owner accepted.
-GIT = "git -c safe.directory='*' -c core.hooksPath=/dev/null -c core.fsmonitor=false"
 # Fixed identity and dates make the snapshot commit id identical in every sandbox.
 SNAPSHOT_ENV = {
     "GIT_AUTHOR_NAME": "coding-agent-rl",
@@ -36,31 +35,6 @@ SNAPSHOT_ENV = {
     "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z",
 }
 BASE_MARK = "CAR-BASE "
-q = shlex.quote
-
-
-class WorkspaceError(RuntimeError):
-    """The task could not be brought to its base state (an infrastructure / task-data failure)."""
-
-
-async def run_checked(
-    sb: Sandbox, script: str, what: str, *, timeout: float = 300, env: dict[str, str] | None = None
-) -> ExecResult:
-    """Run a root bash script; a non-zero exit raises :class:`WorkspaceError` naming ``what``,
-    the command that failed and its stderr (stdout only when there is no stderr)."""
-    r = await sb.exec(f"{STRICT}{script}", timeout=timeout, env=env)
-    if not r.ok:
-        tail = (r.stderr.strip() or r.stdout.strip())[-1200:]
-        why = "timed out" if r.timed_out else f"exit {r.exit_code}"
-        raise WorkspaceError(f"{what} failed ({why}): {tail}")
-    return r
-
-
-# Strict mode, and the command that killed the script on stderr (set -e alone exits silently).
-STRICT = (
-    "set -Eeuo pipefail\n"
-    "trap 'car_rc=$?; echo \"command failed (exit $car_rc): $BASH_COMMAND\" >&2' ERR\n"
-)
 
 
 def _heredoc(text: str) -> str:
@@ -209,3 +183,14 @@ def emit_list(save: str) -> str:
 def parse_list(stdout: str) -> set[str]:
     _, _, tail = stdout.partition(LIST_MARK + "\n")
     return {p for p in tail.split("\0") if p.strip("\n")}
+
+
+async def prepare_agent_workspace(sb: Sandbox, row: TaskRow) -> str:
+    """The agent sandbox's workspace, as ``run`` prepares it before the agent starts (also
+    used by ``validate``, which must catch what a rollout would trip on): pre_commands, the
+    base snapshot, hidden paths removed, git history scrubbed to the base, the problem
+    statement written next to the code. Returns the base commit id; raises
+    :class:`WorkspaceError` when the task's set-up fails."""
+    return await prepare_workspace(
+        sb, row, agent=True, files={f"{row.workdir}/{PROBLEM_FILE}": row.problem_statement}
+    )

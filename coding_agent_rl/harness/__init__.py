@@ -9,18 +9,10 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from coding_agent_rl.harness.base import (
-    AgentRun,
-    BaseHarness,
-    HarnessConfigError,
-    HarnessContext,
-)
+from coding_agent_rl.harness.base import BaseHarness
+from coding_agent_rl.harness.context import AgentRun, HarnessConfigError, HarnessContext
 from coding_agent_rl.harness.install import InstallError, InstallReport
-from coding_agent_rl.harness.network import (
-    AdapterUnreachable,
-    adapter_bind_host,
-    adapter_public_url,
-)
+from coding_agent_rl.harness.network import AdapterUnreachable
 from coding_agent_rl.registry import Registry
 
 HARNESSES = Registry(
@@ -55,7 +47,5 @@ __all__ = [
     "HarnessContext",
     "InstallError",
     "InstallReport",
-    "adapter_bind_host",
-    "adapter_public_url",
     "get_harness",
 ]

@@ -10,18 +10,14 @@ from __future__ import annotations
 
 import abc
 import base64
-import dataclasses
-import json
-import os
 import pathlib
 import posixpath
-import re
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 from coding_agent_rl.harness import launch
-from coding_agent_rl.harness.agent_user import agent_user_script, default_home
+from coding_agent_rl.harness.agent_user import agent_user_script
 from coding_agent_rl.harness.cache import (
     FetchError,
     NpmPackage,
@@ -30,6 +26,7 @@ from coding_agent_rl.harness.cache import (
     unpack_dir,
     unpacked,
 )
+from coding_agent_rl.harness.context import AgentRun, HarnessConfigError, HarnessContext
 from coding_agent_rl.harness.install import (
     BIN_DIR,
     InstallError,
@@ -40,93 +37,12 @@ from coding_agent_rl.harness.install import (
     install_package,
 )
 from coding_agent_rl.harness.network import UNREACHABLE_EXIT, probe_script, unreachable
+from coding_agent_rl.harness.options import args_from_env, env_from_env
 from coding_agent_rl.sandbox.base import CommandFailed, Sandbox, SandboxError, SandboxGone
 from coding_agent_rl.sandbox.capped_read import read_capped
 
 INLINE_CONFIG_BYTES = 48 * 1024  # config files up to this size travel inside the configure exec
 AGENT_LOG_CAP = 2 * 1024 * 1024  # bytes of the agent's log copied to the host (its tail)
-
-
-class HarnessConfigError(ValueError):
-    """A harness option or one of its environment variables is malformed."""
-
-
-@dataclasses.dataclass(frozen=True)
-class HarnessContext:
-    """One agent session in one sandbox."""
-
-    adapter_url: str  # as the sandbox sees it, without /v1 (e.g. http://172.17.0.1:18001)
-    session_id: str  # the adapter session; the CLI sends it as its API key
-    model: str  # the policy's model name, passed to the CLI verbatim
-    workdir: str  # the repository the agent works in (owned by ``user``)
-    log_dir: pathlib.Path | None = None  # host folder the agent's log is copied to
-    user: str = "agent"
-    home: str | None = None  # default /home/<user> (/root for root)
-    env: Mapping[str, str] = dataclasses.field(default_factory=dict)  # merged last
-    args: Sequence[str] = ()  # appended to the command line
-    tag: str = "agent"  # names the run directory; one tag = one run at a time
-
-    def __post_init__(self) -> None:
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.tag):
-            raise HarnessConfigError(f"tag {self.tag!r}: use letters, digits, '_', '.', '-'")
-
-    @property
-    def agent_home(self) -> str:
-        return self.home or default_home(self.user)
-
-    @property
-    def run_dir(self) -> str:
-        return f"{launch.RUN_ROOT}/{self.tag}"
-
-
-@dataclasses.dataclass(frozen=True)
-class AgentRun:
-    """How the agent CLI ended. A non-zero exit or a timeout is the model's outcome, not an error."""
-
-    exit_code: int | None  # None when killed at the budget or vanished
-    timed_out: bool
-    duration_s: float
-    log_path: str  # in the sandbox (outside the workdir, so never part of the diff)
-    log_tail: str  # the last lines of the log, for error reports
-    host_log_path: pathlib.Path | None = None  # the copy in ctx.log_dir
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0 and not self.timed_out
-
-
-def json_env(name: str, kind: type) -> object | None:
-    """Parse env var ``name`` as JSON of ``kind``; a bad value is an error naming the variable."""
-    raw = os.environ.get(name)
-    if not raw:
-        return None
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise HarnessConfigError(f"{name} is not valid JSON ({e}): {raw[:200]!r}") from None
-    if not isinstance(value, kind):
-        raise HarnessConfigError(f"{name} must be a JSON {kind.__name__}, got {raw[:200]!r}")
-    return value
-
-
-def args_from_env(name: str) -> list[str]:
-    """Extra CLI args: a JSON list of strings, or shell words (slime's format)."""
-    raw = os.environ.get(name, "").strip()
-    if raw.startswith("["):
-        value = json_env(name, list)
-        if not all(isinstance(a, str) for a in value or []):
-            raise HarnessConfigError(f"{name} must be a JSON list of strings, got {raw[:200]!r}")
-        return list(value or [])
-    try:
-        return shlex.split(raw)
-    except ValueError as e:
-        raise HarnessConfigError(f"{name} is not valid shell words ({e}): {raw[:200]!r}") from None
-
-
-def env_from_env(name: str) -> dict[str, str]:
-    """Extra env vars: a JSON object; values are turned into strings."""
-    value = json_env(name, dict) or {}
-    return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in value.items()}
 
 
 class BaseHarness(abc.ABC):
@@ -190,7 +106,7 @@ class BaseHarness(abc.ABC):
 
     def _mounted_binary(self, sb: Sandbox) -> pathlib.Path | None:
         """The host file mounted at :attr:`binary` when every file of the CLI is mounted."""
-        by_target = {t: h for h, t in (getattr(sb, "mounts", None) or {}).items()}
+        by_target = {t: h for h, t in sb.mounts.items()}
         if all(f"{BIN_DIR}/{name}" in by_target for name in self.package.files.values()):
             return pathlib.Path(by_target[self.binary])
         return None

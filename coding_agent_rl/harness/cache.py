@@ -24,10 +24,13 @@ import tarfile
 import tempfile
 from collections.abc import Mapping
 
+from coding_agent_rl import settings
+from coding_agent_rl.errors import HarnessError
+
 log = logging.getLogger(__name__)
 
 
-class FetchError(RuntimeError):
+class FetchError(HarnessError):
     """The CLI package could not be fetched, verified or unpacked on the host."""
 
 
@@ -55,18 +58,13 @@ class NpmPackage:
         return next(iter(self.files.values()))
 
 
-def cache_root() -> pathlib.Path:
-    env = os.environ.get("CODING_AGENT_RL_CACHE")
-    return pathlib.Path(env).expanduser() if env else pathlib.Path.home() / ".cache/coding-agent-rl"
-
-
 def agents_dir() -> pathlib.Path:
-    return cache_root() / "agents"
+    return settings.current().agents_dir
 
 
 def override_tarball(pkg: NpmPackage) -> pathlib.Path | None:
     """The local tarball configured through ``pkg.tarball_env``, if any (must exist)."""
-    value = os.environ.get(pkg.tarball_env) if pkg.tarball_env else None
+    value = settings.current().agent_var(pkg.tarball_env)
     if not value:
         return None
     path = pathlib.Path(value).expanduser()

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from coding_agent_rl.harness.base import BaseHarness, HarnessContext
+from coding_agent_rl.harness.base import BaseHarness
 from coding_agent_rl.harness.cache import NpmPackage
+from coding_agent_rl.harness.context import HarnessContext
 
 
 class ClaudeCode(BaseHarness):

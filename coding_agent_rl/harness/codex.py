@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
-from coding_agent_rl.harness.base import BaseHarness, HarnessContext
+from coding_agent_rl.harness.base import BaseHarness
 from coding_agent_rl.harness.cache import NpmPackage
+from coding_agent_rl.harness.context import HarnessContext
 
 KEY_ENV = "CODING_AGENT_RL_SESSION"  # the provider's env_key: Codex sends it as the Bearer token
 

@@ -19,18 +19,18 @@ import shlex
 import time
 from typing import Literal
 
+from coding_agent_rl.errors import HarnessError
 from coding_agent_rl.harness import cache
 from coding_agent_rl.sandbox.base import Sandbox
 
 log = logging.getLogger(__name__)
 
 BIN_DIR = "/opt/coding-agent-rl/bin"
-LOCAL_BACKENDS = frozenset({"docker", "local"})  # uploads that never leave this machine
 
 Upload = Literal["auto", "raw", "gzip"]
 
 
-class InstallError(RuntimeError):
+class InstallError(HarnessError):
     """The CLI could not be installed or does not run in the sandbox."""
 
 
@@ -49,7 +49,7 @@ class InstallReport:
 def _pick_upload(sb: Sandbox, upload: Upload) -> Literal["raw", "gzip"]:
     if upload != "auto":
         return upload
-    return "raw" if sb.backend in LOCAL_BACKENDS else "gzip"
+    return "raw" if sb.is_local() else "gzip"  # an upload that never leaves this machine
 
 
 async def _version(sb: Sandbox, path: str, version_args: tuple[str, ...]) -> tuple[int, str]:

@@ -1,76 +1,22 @@
-"""Where the adapter listens, and the address a sandbox uses to reach it, when the sandbox
-reaches it over a network (agent network ``open``, and E2B). With ``adapter-only`` on a backend
-local to this host the adapter is served inside each sandbox instead (``rollout/isolation.py``).
+"""Whether a sandbox can reach the adapter: a TCP probe from inside, before the agent runs.
 
-``ADAPTER_BIND_HOST`` / ``ADAPTER_PUBLIC_HOST`` override the per-backend defaults:
-
-========  ===============================  ==============================================
-backend   bind (host side)                 public (what the CLI inside the sandbox dials)
-========  ===============================  ==============================================
-docker    the bridge network's gateway     the same gateway address
-local     127.0.0.1                        127.0.0.1 (the sandbox shares the host network)
-e2b       0.0.0.0 (remote sandboxes)       must be given: ``ADAPTER_PUBLIC_HOST``
-========  ===============================  ==============================================
-
-Binding on the gateway (not 0.0.0.0) keeps the adapter off every other interface.
+Where the adapter listens and the address a sandbox dials are the backend's to say
+(``Sandbox.adapter_bind_host`` / ``Sandbox.host_url``; ``ADAPTER_BIND_HOST`` /
+``ADAPTER_PUBLIC_HOST`` override them): docker binds the bridge's gateway and dials it, local
+uses 127.0.0.1, a remote backend (E2B) binds 0.0.0.0 and needs ``ADAPTER_PUBLIC_HOST``.
 """
 
 from __future__ import annotations
 
-import os
 import shlex
 import urllib.parse
 
+from coding_agent_rl.errors import HarnessError
 from coding_agent_rl.sandbox.base import Sandbox
 
 
-class AdapterUnreachable(RuntimeError):
+class AdapterUnreachable(HarnessError):
     """The sandbox cannot open a TCP connection to the adapter (an infrastructure failure)."""
-
-
-def _docker_gateway(network: str) -> str:
-    from coding_agent_rl.sandbox.docker import gateway_ip
-
-    return gateway_ip(network)
-
-
-def adapter_bind_host(backend: str, network: str = "bridge") -> str:
-    """The host address the adapter should listen on for sandboxes of ``backend``.
-
-    ``network``: the Docker network the sandboxes join (their ``network`` option).
-    """
-    env = os.environ.get("ADAPTER_BIND_HOST")
-    if env:
-        return env
-    if backend == "docker":
-        return _docker_gateway(network)
-    if backend == "local":
-        return "127.0.0.1"
-    # A remote sandbox (e2b, ...) connects from outside this machine.
-    return "0.0.0.0"
-
-
-def adapter_public_host(backend: str, network: str = "bridge") -> str:
-    """The adapter's host as a sandbox of ``backend`` sees it."""
-    env = os.environ.get("ADAPTER_PUBLIC_HOST")
-    if env:
-        return env
-    if backend == "docker":
-        return _docker_gateway(network)
-    if backend == "local":
-        return "127.0.0.1"
-    raise ValueError(
-        f"sandboxes of backend {backend!r} cannot reach this machine by a known address: "
-        "set ADAPTER_PUBLIC_HOST to a host name or IP they can connect to"
-    )
-
-
-def adapter_public_url(backend: str, port: int, network: str = "bridge") -> str:
-    """``http://<public host>:<port>`` (no ``/v1``: each harness appends what its CLI needs)."""
-    host = adapter_public_host(backend, network)
-    if ":" in host and not host.startswith("["):  # a bare IPv6 address
-        host = f"[{host}]"
-    return f"http://{host}:{port}"
 
 
 UNREACHABLE_EXIT = 97  # the exit code of :func:`probe_script` when the connection fails

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
-from coding_agent_rl.harness.base import BaseHarness, HarnessContext
+from coding_agent_rl.harness.base import BaseHarness
 from coding_agent_rl.harness.cache import NpmPackage
+from coding_agent_rl.harness.context import HarnessContext
 
 
 class OpenCode(BaseHarness):

@@ -26,12 +26,14 @@ import pathlib
 import warnings
 from typing import Any
 
+from coding_agent_rl.errors import TaskDataError
+
 MIB = 1024 * 1024
 MAX_ASPECT = 200  # Qwen-VL's smart_resize refuses a longer side over 200x the shorter one
 FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "GIF": "image/gif", "WEBP": "image/webp"}
 
 
-class ImageError(ValueError):
+class ImageError(TaskDataError):
     """An image that cannot be shown to the policy; the message says why, in one line."""
 
 

@@ -28,6 +28,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from coding_agent_rl.errors import TaskDataError
 from coding_agent_rl.multimodal.images import (
     ImageError,
     ImageGate,
@@ -45,7 +46,7 @@ DEFAULT_PLACEHOLDER = "[image: {desc} - not shown, this model reads text only]"
 NOT_SHOWN = "[image not shown: {reason}]"
 
 
-class ImagesRefused(ValueError):
+class ImagesRefused(TaskDataError):
     """Images reached a text-only policy whose setting is ``text_only="refuse"``."""
 
 
@@ -129,10 +130,12 @@ def prepare(
                     part = {**part, "text": defuse(part["text"])}
                 parts.append(part if isinstance(part, dict) else {"type": "text", "text": part})
                 continue
+            item: ImageRef | ImageError
             try:
-                item: ImageRef | ImageError = decode(part, settings.limits, "image")
+                ref = decode(part, settings.limits, "image")
                 if vision and check is not None:
-                    check(item)
+                    check(ref)
+                item = ref
             except ImageError as e:
                 item = e
             item = gate.admit(item)

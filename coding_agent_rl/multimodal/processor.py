@@ -79,7 +79,7 @@ class VisionProcessor:
         if not (path / "preprocessor_config.json").is_file():
             raise ValueError(f"{path}: no preprocessor_config.json (not a vision checkpoint)")
         if tokenizer is None:
-            from coding_agent_rl.policy.tokenizer import load_tokenizer
+            from coding_agent_rl.tokenizer import load_tokenizer
 
             tokenizer = load_tokenizer(str(path))
         return cls(AutoImageProcessor.from_pretrained(str(path)), tokenizer)

@@ -23,11 +23,16 @@ from coding_agent_rl.policy.base import Completion, GenerateRequest, Policy, Pol
 GREEDY_BELOW = 1e-6  # SGLang's rule: a smaller temperature means greedy
 
 
+def _number(value: Any, default: float) -> float:
+    """A sampling parameter as a number (``default`` when absent)."""
+    return float(value) if value is not None else default
+
+
 def sample_token(logits: Any, params: dict[str, Any], generator: Any) -> tuple[int, float]:
     """Draw one token from 1-D ``logits``; returns ``(token id, logprob)``."""
     import torch
 
-    temperature = float(params.get("temperature") if params.get("temperature") is not None else 1.0)
+    temperature = _number(params.get("temperature"), 1.0)
     if temperature < GREEDY_BELOW:
         logprobs = torch.log_softmax(logits, dim=-1)
         token = int(torch.argmax(logits))
@@ -39,7 +44,7 @@ def sample_token(logits: Any, params: dict[str, Any], generator: Any) -> tuple[i
     if 0 < top_k < filtered.numel():
         kth = torch.topk(filtered, top_k).values[-1]
         filtered[filtered < kth] = float("-inf")
-    top_p = float(params.get("top_p") if params.get("top_p") is not None else 1.0)
+    top_p = _number(params.get("top_p"), 1.0)
     if top_p < 1.0:
         sorted_logits, order = torch.sort(filtered, descending=True)
         probs = torch.softmax(sorted_logits, dim=-1)
@@ -82,9 +87,7 @@ class HFPolicy(Policy):
         from transformers import DynamicCache
 
         params = request.sampling
-        limit = int(
-            params.get("max_new_tokens") if params.get("max_new_tokens") is not None else 128
-        )
+        limit = int(_number(params.get("max_new_tokens"), 128))
         stop_ids = set(params.get("stop_token_ids") or []) | {env.end_id}
         if not params.get("ignore_eos") and env.tokenizer.eos_token_id is not None:
             stop_ids.add(int(env.tokenizer.eos_token_id))

@@ -49,7 +49,7 @@ class PolicyServer:
         vision: Any = None,
     ):
         if isinstance(tokenizer, str):
-            from coding_agent_rl.policy.tokenizer import load_tokenizer
+            from coding_agent_rl.tokenizer import load_tokenizer
 
             self.tokenizer_path = tokenizer
             tokenizer = load_tokenizer(tokenizer)

@@ -12,12 +12,19 @@ DIR`` writes one; ``hf:DIR`` serves it, ``verify-logprobs --model DIR`` rescores
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from coding_agent_rl.policy.tokenizer import qwen3_tokenizer_dir
+from coding_agent_rl.tokenizer import qwen3_tokenizer_dir
 
 PATCH, MERGE = 14, 2
 DEFAULT_MIN_PIXELS = 28 * 28
 DEFAULT_MAX_PIXELS = 112 * 112  # at most 16 image tokens per image
+
+
+def _token_id(tokenizer: Any, token: str) -> int:
+    found = tokenizer.convert_tokens_to_ids(token)
+    assert isinstance(found, int), f"{token} is not one token of this tokenizer"
+    return found
 
 
 def build_tiny_vlm(
@@ -45,7 +52,8 @@ def build_tiny_vlm(
         temporal_patch_size=2,
         merge_size=MERGE,
     ).save_pretrained(str(out))
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in ("<|vision_start|>", "<|vision_end|>")}
+    special = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+    ids = {t: _token_id(tokenizer, t) for t in special}
     config = Qwen2VLConfig(
         text_config={
             "vocab_size": len(tokenizer),
@@ -69,8 +77,8 @@ def build_tiny_vlm(
             "temporal_patch_size": 2,
             "in_channels": 3,
         },
-        image_token_id=tokenizer.convert_tokens_to_ids("<|image_pad|>"),
-        video_token_id=tokenizer.convert_tokens_to_ids("<|video_pad|>"),
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"],
         vision_end_token_id=ids["<|vision_end|>"],
         tie_word_embeddings=True,

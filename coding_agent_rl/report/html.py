@@ -43,7 +43,8 @@ def fmt_s(x: Any) -> str:
 
 
 def fmt_n(x: Any) -> str:
-    return NONE if num(x) is None else f"{int(num(x)):,}"
+    n = num(x)
+    return NONE if n is None else f"{int(n):,}"
 
 
 def fmt_reward(x: Any) -> str:
@@ -151,7 +152,7 @@ def _chart(summary: Summary) -> dict[str, Any]:
     """Geometry of the timing chart (bars scaled to the largest p90/p50 phase)."""
     phases = [t for t in summary.timings if t.phase != "total_s"]
     top = max([t.p90 or t.p50 or 0.0 for t in phases] + [1e-9])
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "label": t.label,
             "phase": t.phase,

@@ -139,8 +139,8 @@ def load_run(run_dir: str | Path, *, max_detail: int | None = None) -> RunData:
     for sample in _read_jsonl(root / SAMPLES_FILE, warnings):
         _drop_media(sample)
         rid = _id_key(sample.get("rollout_id"))
-        rollout = by_id.get(rid) if rid else None
-        if rollout is None:
+        found = by_id.get(rid) if rid else None
+        if found is None:
             # A sample whose rollout has no results line (e.g. the run was killed between the
             # two writes): show it under a synthesised rollout rather than hide it.
             orphans += 1
@@ -162,6 +162,8 @@ def load_run(run_dir: str | Path, *, max_detail: int | None = None) -> RunData:
             )
             rollouts.append(rollout)
             by_id[rid or rollout.key] = rollout
+        else:
+            rollout = found
         rollout.has_detail = wants_detail(rollout)
         rollout.samples.append(sample if rollout.has_detail else _light(sample))
     if orphans:

@@ -65,7 +65,9 @@ def turns_payload(turns: Any) -> list[dict[str, Any]] | None:
     for t in turns:
         if not isinstance(t, dict):
             continue
-        retry_types = t.get("retry_types") if isinstance(t.get("retry_types"), dict) else {}
+        retry_types: dict[str, Any] = (
+            t["retry_types"] if isinstance(t.get("retry_types"), dict) else {}
+        )
         out.append(
             {
                 "i": t.get("index"),
@@ -163,7 +165,9 @@ def _tests(result: dict[str, Any]) -> list[list[str]]:
 def rollout_payload(rollout: Rollout, run_dir: Path, facts: list[list[Any]]) -> dict[str, Any]:
     """Everything the expanded row shows; artifacts are read only for rollouts with detail."""
     result = rollout.result
-    artifacts = result.get("artifacts") if isinstance(result.get("artifacts"), dict) else {}
+    artifacts: dict[str, Any] = (
+        result["artifacts"] if isinstance(result.get("artifacts"), dict) else {}
+    )
     out: dict[str, Any] = {
         "key": rollout.key,
         "detail": rollout.has_detail,

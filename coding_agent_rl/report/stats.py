@@ -105,7 +105,7 @@ def _turn_figures(results: list[dict[str, Any]]) -> tuple[float | None, dict[str
     truncated: dict[str, int] = defaultdict(int)
     retries = 0
     for r in results:
-        metrics = r.get("metrics") if isinstance(r.get("metrics"), dict) else {}
+        metrics: dict[str, Any] = r["metrics"] if isinstance(r.get("metrics"), dict) else {}
         if metrics.get("truncation_reason"):
             truncated[str(metrics["truncation_reason"])] += 1
         retries += int(num(metrics.get("env_retries")) or 0)

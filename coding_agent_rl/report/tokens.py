@@ -22,7 +22,7 @@ class TokenTable:
 
 
 def _load(spec: str) -> Any:
-    from coding_agent_rl.policy.tokenizer import load_tokenizer
+    from coding_agent_rl.tokenizer import load_tokenizer
 
     return load_tokenizer(spec)
 

@@ -13,24 +13,22 @@ from __future__ import annotations
 import pathlib
 from typing import Any
 
+from coding_agent_rl.errors import InfraFailure
+from coding_agent_rl.harness import AgentRun
+from coding_agent_rl.rollout.record import RolloutRecord
+from coding_agent_rl.trajectory.turn import Turn
+
 ARTIFACT_BUDGET = 6 * 1024 * 1024  # bytes of artifacts one rollout may write
 
 
-class InfraFailure(Exception):
-    """A failure that is not the model's: the rollout is dropped from training and retried.
-    ``stage`` names the component (sandbox, workspace, install, policy, agent, grading, ...)."""
-
-    def __init__(self, message: str, *, stage: str):
-        super().__init__(message)
-        self.stage = stage
-
-
-def check_agent(errors: list[str], agent: Any, turns: list[Any], record: dict[str, Any]) -> None:
+def check_agent(
+    errors: list[str], agent: AgentRun, turns: list[Turn], record: RolloutRecord
+) -> None:
     """Raise :class:`InfraFailure` when the agent's run ended on evidence of ours: a confirmed
     policy-server failure it then exited on, or no model turn at all."""
     confirmed = [e for e in errors if e.startswith("infra: ")]
     if errors:
-        record["adapter_errors"] = [e[:300] for e in errors[-5:]]
+        record.set(adapter_errors=[e[:300] for e in errors[-5:]])
     if confirmed and agent.exit_code != 0:
         raise InfraFailure(
             f"policy server failed {len(confirmed)}x (last: {confirmed[-1][:200]}); "

@@ -8,8 +8,9 @@ import sys
 import time
 from typing import Any
 
+from coding_agent_rl.rollout.executor import Executor, InProcessExecutor
 from coding_agent_rl.rollout.outputs import RunWriter, rollout_key, summarize
-from coding_agent_rl.rollout.runtime import Runtime, RuntimeConfig
+from coding_agent_rl.rollout.runtime import RuntimeConfig
 from coding_agent_rl.types import Sample
 
 log = logging.getLogger(__name__)
@@ -88,19 +89,16 @@ async def run_batch(
         for row, s in make_samples(rows, n_samples)
         if rollout_key(row.instance_id, s.index) not in writer.done_keys()
     ]
-    runtime = Runtime(config)
+    executor: Executor = InProcessExecutor(config, concurrency=concurrency)
     t0 = time.monotonic()
     progress = Progress(len(todo))
     try:
-        await runtime.start()
-        assert runtime.runner is not None
-        sem = asyncio.Semaphore(concurrency)
+        await executor.start()
 
         async def one(row: Any, sample: Sample) -> None:
-            async with sem:
-                outcome = await runtime.runner.run(
-                    row, sample, sampling_params=config.sampling_defaults or None
-                )
+            outcome = await executor.run(
+                row, sample, sampling_params=config.sampling_defaults or None
+            )
             outcome.record["agent"] = config.agent
             writer.add(outcome.samples, outcome.record)
             progress.update(outcome.record)
@@ -108,7 +106,7 @@ async def run_batch(
         await asyncio.gather(*(one(r, s) for r, s in todo))
     finally:
         progress.close()
-        await runtime.stop()
+        await executor.stop()
         summary = summarize(
             writer.results,
             **(info or {}),

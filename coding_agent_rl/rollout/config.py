@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-from typing import Any
+from typing import Any, Literal
 
 from coding_agent_rl.types import Sample
-
-LOCAL_BACKENDS = ("docker", "local")  # sandboxes on this machine: an idle one costs nothing
 
 
 @dataclasses.dataclass
@@ -21,7 +19,7 @@ class RolloutConfig:
     # (sandboxes, diff capture: the rest of the rollout, which the agent must not push over it).
     deadline_s: float | None = None
     infra_retries: int = 1
-    reward_mode: str = "full"
+    reward_mode: Literal["full", "split"] = "full"
     max_context: int | None = None
     # Response tokens per sample (slime's rollout_max_response_len): a longer sample is cut and
     # marked TRUNCATED ("response").
@@ -30,11 +28,11 @@ class RolloutConfig:
     prompt_template: str | None = None
     model_name: str = "policy"
     out_dir: pathlib.Path | None = None  # per-rollout artifacts (diff, agent log, test log)
-    # Bind-mount the agent CLI from the host cache (Docker on this machine) instead of uploading
-    # it into every sandbox.
+    # Bind-mount the agent CLI from the host cache (where the backend can:
+    # ``Sandbox.supports_bind_mounts``) instead of uploading it into every sandbox.
     mount_agent: bool = True
-    # Create and prepare the grading sandbox while the agent runs. None: on for sandboxes on
-    # this machine (docker, local); off for remote ones, billed per sandbox-second.
+    # Create and prepare the grading sandbox while the agent runs. None: on where an idle
+    # sandbox costs nothing (``Sandbox.idle_is_free``); off where it is billed per second.
     grade_ahead: bool | None = None
     # What the agent sandbox can reach (rollout/isolation.py): adapter-only | open | none;
     # None: $CODING_AGENT_RL_AGENT_NETWORK, else adapter-only.
@@ -43,7 +41,7 @@ class RolloutConfig:
     # rollout as the model's failure, naming the limit).
     limits_poll_s: float = 1.0
     # The static tamper screen's policy: "zero" (a finding scores 0) or "flag" (recorded only).
-    tamper_policy: str = "zero"
+    tamper_policy: Literal["zero", "flag"] = "zero"
 
     def __post_init__(self) -> None:
         if self.tamper_policy not in ("zero", "flag"):

@@ -20,21 +20,20 @@ the rollout record says so).
 from __future__ import annotations
 
 import dataclasses
-import os
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from coding_agent_rl import settings
 from coding_agent_rl.sandbox import BACKENDS, Sandbox
-from coding_agent_rl.sandbox.base import NETWORK_MODES, NetworkNeedsAddress, NetworkUnsupported
+from coding_agent_rl.sandbox.base import NETWORK_MODES, NetworkNeedsAddress
 
-AGENT_NETWORK_ENV = "CODING_AGENT_RL_AGENT_NETWORK"
 DEFAULT_AGENT_NETWORK = "adapter-only"
 
 
 def agent_network_mode(value: str | None = None) -> str:
-    """``value``, else ``$CODING_AGENT_RL_AGENT_NETWORK``, else ``adapter-only``; checked."""
-    mode = value or os.environ.get(AGENT_NETWORK_ENV) or DEFAULT_AGENT_NETWORK
+    """``value``, else ``settings.agent_network``, else ``adapter-only``; checked."""
+    mode = value or settings.current().agent_network or DEFAULT_AGENT_NETWORK
     if mode not in NETWORK_MODES:
         raise ValueError(f"agent network {mode!r}: expected one of {', '.join(NETWORK_MODES)}")
     return mode
@@ -64,13 +63,7 @@ class AgentNetwork:
             return self._cls.network_options(self.mode, None)
         except NetworkNeedsAddress:
             pass
-        from coding_agent_rl.harness.network import adapter_public_host
-
-        try:
-            host = adapter_public_host(self.backend)
-        except ValueError as e:
-            raise NetworkUnsupported(str(e)) from None
-        return self._cls.network_options(self.mode, host)
+        return self._cls.network_options(self.mode, self._cls.public_host())
 
     @property
     def docker_network(self) -> str:
@@ -79,24 +72,21 @@ class AgentNetwork:
     def bind_host(self) -> str:
         """Where the adapter's host listener goes (with ``inside``, loopback: no sandbox uses
         it, it is there for health checks and tests)."""
-        from coding_agent_rl.harness.network import adapter_bind_host
-
         if self.inside:
-            return os.environ.get("ADAPTER_BIND_HOST") or "127.0.0.1"
-        return adapter_bind_host(self.backend, self._bridge())
+            return settings.current().adapter_bind_host or "127.0.0.1"
+        return self._cls.adapter_bind_host(self._bridge())
 
     def public_url(self, port: int) -> str:
         """The adapter's URL as the agent sandbox sees it."""
-        from coding_agent_rl.harness.network import adapter_public_url
-
         if self.inside:
             return f"http://127.0.0.1:{port}"
-        return adapter_public_url(self.backend, port, self._bridge())
+        return self._cls.host_url(port, self._bridge())
 
     def _bridge(self) -> str:
-        """The Docker network whose gateway the adapter listens on (other backends ignore it)."""
+        """The network option of the agent sandboxes, for backends whose host address depends
+        on it (Docker: the network's gateway); ``none`` falls back to the default bridge."""
         net = self.options().get("network")
-        return net if self.backend == "docker" and net not in (None, "none") else "bridge"
+        return str(net) if isinstance(net, str) and net != "none" else "bridge"
 
     async def attach(
         self, sb: Sandbox, adapter: Any, adapter_url: str, session: str

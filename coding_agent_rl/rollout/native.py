@@ -16,6 +16,7 @@ import dataclasses
 import pathlib
 from typing import Any
 
+from coding_agent_rl.datasets.prompt import PROBLEM_FILE, render_prompt
 from coding_agent_rl.env.coding import NO_TOOL_CALL, CodingEnv, CodingEnvConfig
 from coding_agent_rl.env.encoding import ChatEncoder
 from coding_agent_rl.env.episode import ABORTED, LoopConfig
@@ -23,10 +24,11 @@ from coding_agent_rl.env.loop import run_episode
 from coding_agent_rl.env.sample import fill_sample, rollout_metrics
 from coding_agent_rl.env.tools import ToolLimits
 from coding_agent_rl.rollout.attribution import ArtifactBudget, InfraFailure
-from coding_agent_rl.rollout.config import LOCAL_BACKENDS, RolloutConfig, RolloutOutcome
-from coding_agent_rl.rollout.prompt import PROBLEM_FILE, render_prompt
+from coding_agent_rl.rollout.config import RolloutConfig, RolloutOutcome
+from coding_agent_rl.rollout.record import RolloutRecord
 from coding_agent_rl.rollout.runner import RolloutRunner, SessionHook
 from coding_agent_rl.rollout.timing import Timings
+from coding_agent_rl.sandbox import BACKENDS
 from coding_agent_rl.types import Sample
 
 NATIVE = "native"
@@ -95,7 +97,9 @@ class NativeRunner(RolloutRunner):
 
     def make_env(self, row: Any) -> CodingEnv:
         c, o = self.config, self.options
-        grade_ahead = c.grade_ahead if c.grade_ahead is not None else c.backend in LOCAL_BACKENDS
+        grade_ahead = c.grade_ahead
+        if grade_ahead is None:
+            grade_ahead = BACKENDS.load(c.backend).idle_is_free
         config = CodingEnvConfig(
             backend=c.backend,
             sandbox_options=dict(c.sandbox_options),
@@ -140,7 +144,7 @@ class NativeRunner(RolloutRunner):
         base: Sample,
         sid: str,
         env: CodingEnv,
-        record: dict[str, Any],
+        record: RolloutRecord,
         timings: Timings,
         art: pathlib.Path | None,
         sampling_params: dict[str, Any] | None,
@@ -162,7 +166,7 @@ class NativeRunner(RolloutRunner):
         timings.phases["agent_s"] -= episode.reset_s
         timings.steps["env_s"] = sum(t.env_s for t in episode.turns)
         timings.steps["generate_s"] = sum(t.generate_s for t in episode.turns)
-        record.update(turns=len(episode.turns), num_segments=1, metrics=rollout_metrics(episode))
+        record.set(turns=len(episode.turns), num_segments=1, metrics=rollout_metrics(episode))
         budget = ArtifactBudget()
         budget.write(art, "transcript.txt", _transcript(env.transcript))
         if episode.status == ABORTED:
@@ -175,15 +179,15 @@ class NativeRunner(RolloutRunner):
         timings.phases["grade_s"] = env.timings.get("grade_s", 0.0)
         budget.write(art, "diff.patch", env.diff_text)
         budget.write(art, "test_log.txt", env.test_log)
-        record["artifacts"] = self._native_artifacts(art)
-        record.update(outcome.record)
+        record.set(artifacts=self._native_artifacts(art))
+        record.set(**outcome.record)
         if outcome.failure_kind == "infra":
             raise InfraFailure(f"grading: {outcome.reason}", stage="grading")
         reward = outcome.reward if outcome.reward is not None else 0.0
-        record["reward"] = reward
-        record["failure_kind"] = outcome.failure_kind
+        record.reward = reward
+        record.failure_kind = outcome.failure_kind
         if reward < 1.0:
-            record["fail_reason"] = outcome.reason or episode.reason
+            record.set(fail_reason=outcome.reason or episode.reason)
         sample = dataclasses.replace(
             base,
             session_id=sid,

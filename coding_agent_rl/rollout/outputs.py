@@ -15,7 +15,10 @@ import time
 from collections import Counter
 from typing import Any
 
+import prometheus_client as prom
+
 from coding_agent_rl.rollout.timing import PHASES
+from coding_agent_rl.sandbox.base import TEARDOWN_FAILURES
 from coding_agent_rl.types import Sample
 
 
@@ -76,46 +79,51 @@ class RunWriter:
 
 class MetricTotals:
     """Running totals behind metrics.prom (Prometheus text format, for long runs:
-    node_exporter's textfile collector reads the file; replaced atomically after every rollout)."""
+    node_exporter's textfile collector reads the file; replaced atomically after every rollout).
+    Exposition by ``prometheus_client`` (one registry per run, nothing global)."""
 
     COUNTERS = ("tokens_generated", "tokens_trained", "retries")
 
     def __init__(self) -> None:
-        self.outcomes: Counter[str] = Counter()
-        self.reward = 0.0
-        self.counters: Counter[str] = Counter()
-        self.phases: Counter[str] = Counter()
+        self.registry = prom.CollectorRegistry()
+        r = self.registry
+        self.outcomes = prom.Counter(
+            "coding_agent_rl_rollouts", "rollouts by outcome", ["outcome"], registry=r
+        )
+        self.reward = prom.Summary("coding_agent_rl_reward", "rollout rewards", registry=r)
+        self.counters = {
+            name: prom.Counter(f"coding_agent_rl_{name}", name.replace("_", " "), registry=r)
+            for name in self.COUNTERS
+        }
+        self.phases = prom.Summary(
+            "coding_agent_rl_phase_seconds", "time per rollout phase", ["phase"], registry=r
+        )
+        self.teardown_failures = prom.Counter(
+            "coding_agent_rl_sandbox_teardown_failures",
+            "sandboxes whose destroy failed (each logged with its id): possible leaks",
+            ["backend"],
+            registry=r,
+        )
+        self._teardowns_seen: Counter[str] = Counter(TEARDOWN_FAILURES)  # before this run
 
     def add(self, record: dict[str, Any]) -> None:
         reward = record.get("reward") or 0
-        self.outcomes[
+        self.outcomes.labels(
             record.get("failure_kind") or ("solved" if reward >= 1.0 else "unsolved")
-        ] += 1
-        self.reward += reward
+        ).inc()
+        self.reward.observe(reward)
         metrics = record.get("metrics") or {}
         for name in self.COUNTERS:
-            self.counters[name] += metrics.get(name) or 0
+            self.counters[name].inc(metrics.get(name) or 0)
         for k, v in (record.get("timings") or {}).items():
-            self.phases[k.removesuffix("_s")] += v
+            self.phases.labels(k.removesuffix("_s")).observe(v)
+        for backend, n in TEARDOWN_FAILURES.items():  # this process's, since the run began
+            if n > self._teardowns_seen[backend]:
+                self.teardown_failures.labels(backend).inc(n - self._teardowns_seen[backend])
+                self._teardowns_seen[backend] = n
 
     def write(self, path: pathlib.Path) -> None:
-        lines = ["# TYPE coding_agent_rl_rollouts_total counter"]
-        lines += [
-            f'coding_agent_rl_rollouts_total{{outcome="{k}"}} {v}' for k, v in self.outcomes.items()
-        ]
-        lines.append("# TYPE coding_agent_rl_reward_sum counter")
-        lines.append(f"coding_agent_rl_reward_sum {self.reward}")
-        for name in self.COUNTERS:
-            lines.append(f"# TYPE coding_agent_rl_{name}_total counter")
-            lines.append(f"coding_agent_rl_{name}_total {self.counters[name]}")
-        lines.append("# TYPE coding_agent_rl_phase_seconds_sum counter")
-        lines += [
-            f'coding_agent_rl_phase_seconds_sum{{phase="{k}"}} {v:.3f}'
-            for k, v in self.phases.items()
-        ]
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("\n".join(lines) + "\n")
-        tmp.replace(path)
+        prom.write_to_textfile(str(path), self.registry)
 
 
 def read_jsonl(path: pathlib.Path) -> list[dict[str, Any]]:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 from typing import Any
 
+from coding_agent_rl import settings
 from coding_agent_rl.multimodal.parts import ImageSettings
 from coding_agent_rl.rollout.config import RolloutConfig
 from coding_agent_rl.rollout.runner import RolloutRunner
+from coding_agent_rl.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +30,9 @@ class RuntimeConfig:
     in_thread: bool = False  # serve the adapter from its own thread (slime's event loop is busy)
     vision: str | None = None  # a VLM checkpoint (image processor); default: an hf: VLM policy's
     images: ImageSettings = dataclasses.field(default_factory=ImageSettings)  # limits, text-only
+    # The process's settings, installed while the runtime runs (slime's generate reads them
+    # once); None: whatever the entry point installed.
+    settings: Settings | None = None
 
     def __post_init__(self) -> None:
         if bool(self.sglang_url) == bool(self.policy):
@@ -48,16 +52,21 @@ class Runtime:
         self.tokenizer: Any = None
         self.engine: Any = None  # the native agent's SGLang client
         self.vision: Any = None  # the VLM's VisionProcessor (None: a text-only policy)
+        self._installed = False
+        self._previous_settings: Settings | None = None
 
     async def start(self) -> Runtime:
         from coding_agent_rl.adapter.render import Renderer
         from coding_agent_rl.adapter.server import AdapterConfig, AdapterServer
         from coding_agent_rl.harness import get_harness
-        from coding_agent_rl.policy.tokenizer import load_tokenizer
-        from coding_agent_rl.rollout.isolation import AgentNetwork
+        from coding_agent_rl.rollout.isolation import AgentNetwork, agent_network_mode
+        from coding_agent_rl.tokenizer import load_tokenizer
 
         cfg = self.config
-        network = AgentNetwork(cfg.rollout.agent_network, cfg.rollout.backend)
+        if cfg.settings is not None and not self._installed:
+            self._previous_settings = settings.install(cfg.settings)
+            self._installed = True
+        network = AgentNetwork(agent_network_mode(cfg.rollout.agent_network), cfg.rollout.backend)
         if network.mode == "none":
             log.warning(
                 "agent network 'none': the agent CLI cannot reach the adapter, so rollouts of "
@@ -68,7 +77,7 @@ class Runtime:
         on_open = None
         self.vision = self._load_vision()
         if cfg.policy:
-            from coding_agent_rl.policy.cli import load_policy
+            from coding_agent_rl.policy import load_policy
             from coding_agent_rl.policy.server import PolicyServer
 
             policy = load_policy(cfg.policy)
@@ -82,6 +91,7 @@ class Runtime:
                 async def on_open(sid: str, row: Any) -> None:
                     server.register(sid, patch=row.patch or "", workdir=row.workdir)
 
+        assert sglang_url is not None  # RuntimeConfig checks that one of the two is given
         if cfg.agent == "native":  # the policy acts through tool calls: no adapter, no CLI
             self.runner = self._native_runner(sglang_url, on_open)
             return self
@@ -100,7 +110,7 @@ class Runtime:
             )
         )
         bind = network.bind_host()
-        port = cfg.adapter_port or int(os.environ.get("ADAPTER_PORT", "0"))
+        port = cfg.adapter_port or settings.current().adapter_port or 0
         if cfg.in_thread:
             local_url = self.adapter.start_in_thread(bind, port)
         else:
@@ -164,3 +174,6 @@ class Runtime:
                 await self.adapter.stop()
         if self.policy_server is not None:
             await self.policy_server.stop()
+        if self._installed:
+            settings.install(self._previous_settings)
+            self._installed = False

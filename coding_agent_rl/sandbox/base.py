@@ -5,27 +5,44 @@ methods (``exec``, ``write_file``, ``read_file``, ``__aenter__``/``__aexit__``) 
 behaviour (closed-state checks, shielded idempotent teardown, output caps).
 
 Capabilities (callers ask the class or the object, never compare backend names):
-:meth:`Sandbox.network_options` maps an agent-network mode to the backend's options,
-:meth:`Sandbox.listens_inside` / :meth:`Sandbox.listen` put a listening socket inside an isolated
-sandbox (how ``adapter-only`` egress reaches the adapter on backends local to this host), and
-:meth:`Sandbox.limit_breaches` reports the resource limits (:mod:`limits`) a sandbox has hit.
+
+- where it runs: :meth:`Sandbox.is_local` (on this machine: host files can be bind-mounted,
+  uploads never leave the machine), :attr:`Sandbox.idle_is_free` (an idle sandbox costs nothing,
+  so grading can be prepared ahead), :attr:`Sandbox.read_only_image` (only option ``writable``
+  paths can be written);
+- reaching the host: :meth:`Sandbox.adapter_bind_host` (where a host listener for its sandboxes
+  binds) and :meth:`Sandbox.host_url` (how a program inside reaches a port bound there);
+- network: :meth:`Sandbox.network_options` maps an agent-network mode (``adapter-only`` /
+  ``open`` / ``none``) to the backend's options; :meth:`Sandbox.listens_inside` /
+  :meth:`Sandbox.listen` put a listening socket inside an isolated sandbox (how ``adapter-only``
+  egress reaches the adapter on backends local to this host);
+- files: :meth:`Sandbox.supports_bind_mounts` (option ``mounts``: read-only host files, e.g. an
+  agent CLI from the host cache) and :attr:`Sandbox.mounts`;
+- limits: :attr:`Sandbox.limit_names` (the :mod:`limits` it takes as options),
+  :attr:`Sandbox.takes_writable`, :attr:`Sandbox.limits` (what applies), and
+  :meth:`Sandbox.limit_breaches` (what a sandbox has hit);
+- images: :attr:`Sandbox.image_kind` (``docker`` images, ``rootfs`` directories, or None when
+  the provider builds them: ``coding-agent-rl images`` builds for the first two).
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
-import contextlib
+import collections
+import logging
 import pathlib
 import socket
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+
+from coding_agent_rl import settings
+from coding_agent_rl.errors import SandboxError, UserError
+
+if TYPE_CHECKING:
+    from coding_agent_rl.sandbox.limits import Limits
 
 DEFAULT_OUTPUT_CAP = 10 * 1024 * 1024
 TRUNCATION_MARKER = "\n[... output truncated by coding-agent-rl: {n} bytes dropped ...]\n"
-
-
-class SandboxError(RuntimeError):
-    """An infrastructure failure of the sandbox layer (never the model's fault)."""
 
 
 class SandboxCreateError(SandboxError):
@@ -47,7 +64,7 @@ class SandboxFileNotFound(SandboxError, FileNotFoundError):
 NETWORK_MODES = ("adapter-only", "open", "none")
 
 
-class NetworkUnsupported(ValueError):
+class NetworkUnsupported(UserError, ValueError):
     """The backend cannot give its sandboxes the asked-for network mode (the message says why)."""
 
 
@@ -94,15 +111,45 @@ def to_bytes(content: str | bytes | pathlib.Path) -> bytes:
     return content.encode()
 
 
+log = logging.getLogger(__name__)
+TEARDOWN_FAILURES: collections.Counter[str] = collections.Counter()  # backend -> failed destroys
+
+
+def teardown_failed(sb: Sandbox, error: BaseException) -> None:
+    """Log a failed destroy with the sandbox id and count it (a run's metrics report the
+    count: ``sandbox_teardown_failures_total``)."""
+    TEARDOWN_FAILURES[sb.backend] += 1
+    log.error(
+        "sandbox teardown failed: %s sandbox %s (image %s): %s: %s; it may have leaked "
+        "(`coding-agent-rl sandboxes gc` removes leftovers)",
+        sb.backend,
+        sb.sandbox_id or "?",
+        sb.image,
+        type(error).__name__,
+        error,
+    )
+
+
 class Sandbox(abc.ABC):
     """Async context manager around one isolated environment."""
 
-    backend: str = "?"
+    backend: ClassVar[str] = "?"
     # The resource limits (``limits.RESOURCE_KEYS``) this backend enforces per sandbox, as
     # options of those names; and whether option ``writable`` lists the paths its processes
     # write (put on the capped disk).
-    limit_names: tuple[str, ...] = ()
-    takes_writable: bool = False
+    limit_names: ClassVar[tuple[str, ...]] = ()
+    takes_writable: ClassVar[bool] = False
+    # An idle sandbox costs nothing (not billed per sandbox-second): grading sandboxes are
+    # created and prepared while the agent runs.
+    idle_is_free: ClassVar[bool] = True
+    # The image is seen read-only but for the paths of option ``writable`` (task sandboxes add
+    # what they write besides their workdir: sandbox/task.py).
+    read_only_image: ClassVar[bool] = False
+    # What ``coding-agent-rl images`` builds for it: "docker" images, "rootfs" directories, or
+    # None (the provider builds them, e.g. E2B templates).
+    image_kind: ClassVar[str | None] = None
+    # The limits that apply to this sandbox (None: the backend enforces none of its own).
+    limits: Limits | None = None
 
     def __init__(self, image: str, *, output_cap: int = DEFAULT_OUTPUT_CAP):
         self.image = image
@@ -139,7 +186,59 @@ class Sandbox(abc.ABC):
     @abc.abstractmethod
     async def _read(self, path: str, *, user: str) -> bytes: ...
 
-    # ---- capabilities (defaults: a backend that knows no better) --------------------------------
+    # ---- capabilities (defaults: a remote backend that knows no better) -------------------------
+    @classmethod
+    def is_local(cls) -> bool:
+        """Its sandboxes run on this machine: host paths can be bind-mounted, uploads never
+        leave the machine (sent uncompressed)."""
+        return False
+
+    @classmethod
+    def supports_bind_mounts(cls) -> bool:
+        """Option ``mounts`` (host path -> sandbox path, read-only) works here."""
+        return False
+
+    @property
+    def mounts(self) -> dict[str, str]:
+        """The read-only bind mounts of this sandbox, host path -> sandbox path."""
+        return {}
+
+    @classmethod
+    def adapter_bind_host(cls, network: str = "bridge") -> str:
+        """The host address a listener for this backend's sandboxes binds to
+        (``settings.adapter_bind_host`` wins). ``network``: the sandboxes' network option."""
+        return settings.current().adapter_bind_host or cls._default_bind_host(network)
+
+    @classmethod
+    def _default_bind_host(cls, network: str) -> str:
+        return "0.0.0.0"  # remote sandboxes connect from outside this machine
+
+    @classmethod
+    def host_address(cls, network: str = "bridge") -> str | None:
+        """How a program inside reaches this machine (None: unknown, e.g. a cloud sandbox)."""
+        return None
+
+    @classmethod
+    def public_host(cls, network: str = "bridge") -> str:
+        """This machine's address as a program inside sees it (``settings.adapter_public_host``
+        wins); raises :class:`NetworkUnsupported` when it is unknown there."""
+        host = settings.current().adapter_public_host or cls.host_address(network)
+        if not host:
+            raise NetworkUnsupported(
+                f"sandboxes of backend {cls.backend!r} cannot reach this machine by a known "
+                "address: set ADAPTER_PUBLIC_HOST to a host name or IP they can connect to"
+            )
+        return host
+
+    @classmethod
+    def host_url(cls, port: int, network: str = "bridge") -> str:
+        """``http://HOST:PORT`` for a port bound at :meth:`adapter_bind_host`, as a program
+        inside sees it (no ``/v1``: each harness appends what its CLI needs)."""
+        host = cls.public_host(network)
+        if ":" in host and not host.startswith("["):  # a bare IPv6 address
+            host = f"[{host}]"
+        return f"http://{host}:{port}"
+
     @classmethod
     def network_options(cls, mode: str, adapter_host: str | None = None) -> dict[str, Any]:
         """Backend options for the agent-network ``mode`` (one of :data:`NETWORK_MODES`):
@@ -193,8 +292,11 @@ class Sandbox(abc.ABC):
             await self._safe_destroy()
 
     async def _safe_destroy(self) -> None:
-        with contextlib.suppress(Exception):
+        """Destroy; a failure is logged with the sandbox id and counted (a leak must show)."""
+        try:
             await self._destroy()
+        except Exception as e:
+            teardown_failed(self, e)
 
     def _check_open(self) -> None:
         if self._state != "open":

@@ -23,15 +23,15 @@ import shutil
 import subprocess
 import uuid
 
+from coding_agent_rl import settings
 from coding_agent_rl.sandbox.base import SandboxCreateError
 
-DISK_DIR_ENV = "CODING_AGENT_RL_DISK_DIR"
-DEFAULT_DISK_DIR = "/var/lib/coding-agent-rl/disks"
 FULL_BELOW_BYTES = 2 << 20  # "full": less than this is left (ENOSPC is near or was hit)
 
 
 def disk_dir() -> pathlib.Path:
-    return pathlib.Path(os.environ.get(DISK_DIR_ENV) or DEFAULT_DISK_DIR)
+    """Where capped disks live (``settings.disk_dir``)."""
+    return settings.current().disk_dir
 
 
 def _safe(name: str) -> str:

@@ -23,7 +23,9 @@ from typing import Any
 import docker.errors
 import docker.types
 import requests.exceptions
+import tenacity
 
+from coding_agent_rl import settings
 from coding_agent_rl.sandbox import cgroups, docker_files
 from coding_agent_rl.sandbox import docker_engine as engine
 from coding_agent_rl.sandbox import docker_isolation as iso
@@ -40,7 +42,7 @@ from coding_agent_rl.sandbox.base import (
 )
 from coding_agent_rl.sandbox.docker_engine import gateway_ip, gc
 from coding_agent_rl.sandbox.docker_exec import ExecRun, container_running, reap, run_exec
-from coding_agent_rl.sandbox.limits import DEFAULT_LIMITS, RESOURCE_KEYS, resolve_limits
+from coding_agent_rl.sandbox.limits import DEFAULT_LIMITS, RESOURCE_KEYS, Limits, resolve_limits
 from coding_agent_rl.sandbox.netns import listen_in_netns
 from coding_agent_rl.sandbox.options import parse_options
 from coding_agent_rl.sandbox.reaper import TOKEN_ENV, new_token
@@ -99,9 +101,11 @@ def _transient(e: BaseException) -> bool:
 
 
 class DockerSandbox(Sandbox):
+    limits: Limits  # always resolved (a limit set to None is off)
     backend = "docker"
     limit_names = RESOURCE_KEYS
     takes_writable = True
+    image_kind = "docker"
 
     def __init__(self, image: str, **options: Any):
         self.opts = parse_options(DockerOptions, self.backend, options)
@@ -224,16 +228,33 @@ class DockerSandbox(Sandbox):
 
     async def _remove_container(self) -> None:
         assert self._cid is not None
-        for attempt in range(3):
-            try:
+        async for attempt in tenacity.AsyncRetrying(
+            stop=tenacity.stop_after_attempt(3),
+            wait=tenacity.wait_exponential(multiplier=0.5),  # 0.5 s, 1 s
+            retry=tenacity.retry_if_exception(_transient),
+            reraise=True,
+        ):
+            with attempt:
                 await engine.in_thread(engine.remove_container, self._cid)
-                return
-            except Exception as e:
-                if not _transient(e) or attempt == 2:
-                    raise
-                await asyncio.sleep(0.5 * 2**attempt)
 
     # ---- capabilities ----------------------------------------------------------------------------
+    @classmethod
+    def is_local(cls) -> bool:
+        return engine.is_local()
+
+    @classmethod
+    def supports_bind_mounts(cls) -> bool:
+        return engine.is_local()  # host paths name the engine machine's files
+
+    @classmethod
+    def _default_bind_host(cls, network: str) -> str:
+        # The bridge's gateway, not 0.0.0.0: the listener stays off every other interface.
+        return gateway_ip(network)
+
+    @classmethod
+    def host_address(cls, network: str = "bridge") -> str | None:
+        return gateway_ip(network)
+
     @classmethod
     def network_options(cls, mode: str, adapter_host: str | None = None) -> dict[str, Any]:
         if mode == "open":
@@ -245,7 +266,7 @@ class DockerSandbox(Sandbox):
                 raise NetworkUnsupported(
                     "adapter-only egress with Docker serves the adapter inside each sandbox's "
                     "network namespace: it needs the engine on this machine (DOCKER_HOST is "
-                    f"{os.environ.get('DOCKER_HOST')!r}) and root; use agent network 'open'"
+                    f"{settings.current().docker_host!r}) and root; use agent network 'open'"
                 )
             return {"network": "none"}
         raise NetworkUnsupported(f"unknown network mode {mode!r}")
@@ -287,7 +308,7 @@ class DockerSandbox(Sandbox):
         process was OOM-killed, e.g. gVisor's kernel holding every process of the sandbox."""
         for _ in range(15):  # the engine records the OOM event a moment after the death
             try:
-                state = engine.client().api.inspect_container(self._cid)["State"]
+                state = engine.client().api.inspect_container(self._cid or "")["State"]
             except Exception:
                 return []
             pid = self._watch.pid if self._watch else None

@@ -24,6 +24,8 @@ from typing import Any, TypeVar
 import docker
 import docker.errors
 
+from coding_agent_rl import settings
+
 T = TypeVar("T")
 
 LABEL_RUN = "coding-agent-rl.run"
@@ -77,7 +79,7 @@ def submit(fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
 def is_local() -> bool:
     """Whether the engine runs on this machine (a unix socket), so that bind-mounted host paths
     name this machine's files. ``DOCKER_HOST=tcp://...`` or ``ssh://...`` is another machine."""
-    host = os.environ.get("DOCKER_HOST", "")
+    host = settings.current().docker_host or ""
     return not host or host.startswith("unix://")
 
 
@@ -93,7 +95,7 @@ def default_run_id() -> str:
 def boot_concurrency(option: int | None) -> int:
     if option is not None:
         return max(1, option)
-    return max(1, int(os.environ.get("SWE_BOOT_CONCURRENCY") or DEFAULT_BOOT_CONCURRENCY))
+    return settings.current().boot_concurrency
 
 
 # asyncio primitives belong to one loop; tests run one loop per test, slime one per process.

@@ -27,7 +27,8 @@ def stat(cid: str, path: str) -> dict[str, Any] | None:
     """The engine's stat of ``path`` (HEAD on the archive endpoint), None when missing."""
     api = engine.client().api
     # The SDK has no call for this endpoint; its session and URL builder do the transport.
-    res = api.head(api._url("/containers/{0}/archive", cid), params={"path": path})
+    url = api._url("/containers/{0}/archive", cid)  # type: ignore[attr-defined]  # SDK internal
+    res = api.head(url, params={"path": path})
     if res.status_code == 404:  # no such path, or no such container (put_archive tells)
         return None
     if not res.ok:

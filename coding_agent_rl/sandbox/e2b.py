@@ -21,7 +21,6 @@ import contextlib
 import dataclasses
 import inspect
 import ipaddress
-import os
 import posixpath
 import random
 import shlex
@@ -31,7 +30,9 @@ from typing import Any, TypeVar
 
 import e2b
 import httpx
+import tenacity
 
+from coding_agent_rl import settings
 from coding_agent_rl.sandbox.base import (
     DEFAULT_OUTPUT_CAP,
     ExecResult,
@@ -51,9 +52,6 @@ from coding_agent_rl.sandbox.reaper import TOKEN_ENV, kill_command, new_token, s
 T = TypeVar("T")
 # The SDK class every call goes through; tests swap in a stand-in with the same surface.
 AsyncSandbox = e2b.AsyncSandbox
-
-METADATA_KEY_ENV = "SLIME_AGENT_SANDBOX_IMAGE_METADATA_KEY"
-TEMPLATE_ENV = "SLIME_AGENT_E2B_TEMPLATE"
 
 
 class _Never(Exception):
@@ -106,8 +104,14 @@ def _transient(e: BaseException) -> bool:
     return isinstance(e, e2b.SandboxException) and status is not None and status >= 500
 
 
+def _backoff(state: tenacity.RetryCallState) -> float:
+    """0.5 s doubling per attempt up to 8 s, times 1-2 (jitter: many sandboxes retry at once)."""
+    return min(8.0, 0.5 * 2 ** (state.attempt_number - 1)) * (1 + random.random())
+
+
 class E2BSandbox(Sandbox):
     backend = "e2b"
+    idle_is_free = False  # billed per sandbox-second: grading is not prepared ahead
 
     def __init__(self, image: str, **options: Any):
         self.opts = parse_options(E2BOptions, self.backend, options)
@@ -120,10 +124,10 @@ class E2BSandbox(Sandbox):
             raise ValueError("e2b network 'adapter-only' needs allow_out (the adapter's address)")
         super().__init__(image, output_cap=self.opts.output_cap)
         self.metadata = dict(self.opts.metadata or {})
-        key = os.environ.get(METADATA_KEY_ENV, "").strip()
-        if key:
+        conf = settings.current()
+        if key := conf.e2b_metadata_key:
             self.metadata[key] = image
-            self.template = self.opts.template or os.environ.get(TEMPLATE_ENV) or None
+            self.template = self.opts.template or conf.e2b_template
         else:
             self.template = self.opts.template or image
         self._sbx: Any = None
@@ -133,15 +137,17 @@ class E2BSandbox(Sandbox):
         return self._sbx.sandbox_id if self._sbx is not None else ""
 
     async def _retry(self, call: Callable[[], Awaitable[T]], *, idempotent: bool) -> T:
-        for attempt in range(self.opts.retries + 1):
-            try:
-                return await call()
-            except _GONE as e:
-                raise SandboxGone(f"e2b sandbox {self.sandbox_id} is gone: {e}") from e
-            except Exception as e:
-                if not (idempotent and _transient(e)) or attempt == self.opts.retries:
-                    raise
-            await asyncio.sleep(min(8.0, 0.5 * 2**attempt) * (1 + random.random()))
+        async for attempt in tenacity.AsyncRetrying(
+            stop=tenacity.stop_after_attempt(self.opts.retries + 1),
+            wait=_backoff,
+            retry=tenacity.retry_if_exception(lambda e: idempotent and _transient(e)),
+            reraise=True,
+        ):
+            with attempt:
+                try:
+                    return await call()
+                except _GONE as e:
+                    raise SandboxGone(f"e2b sandbox {self.sandbox_id} is gone: {e}") from e
         raise AssertionError("unreachable")
 
     # ---- capabilities ----------------------------------------------------------------------------

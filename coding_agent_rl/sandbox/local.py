@@ -46,7 +46,13 @@ from coding_agent_rl.sandbox.base import (
     SandboxFileNotFound,
 )
 from coding_agent_rl.sandbox.capture import CappedBuffer
-from coding_agent_rl.sandbox.limits import DEFAULT_LIMITS, RESOURCE_KEYS, ROOT_CAPS, resolve_limits
+from coding_agent_rl.sandbox.limits import (
+    DEFAULT_LIMITS,
+    RESOURCE_KEYS,
+    ROOT_CAPS,
+    Limits,
+    resolve_limits,
+)
 from coding_agent_rl.sandbox.local_limits import LocalLimits
 from coding_agent_rl.sandbox.local_view import (
     build_view,
@@ -97,9 +103,12 @@ async def _exit_then_grace(proc: asyncio.subprocess.Process) -> None:
 
 
 class LocalSandbox(Sandbox):
+    limits: Limits  # always resolved (a limit set to None is off)
     backend = "local"
     limit_names = RESOURCE_KEYS
     takes_writable = True
+    read_only_image = True
+    image_kind = "rootfs"
 
     def __init__(self, image: str, *, network: str = "none", **options: Any):
         # ``network`` is a named parameter: grading finds it there and turns it off.
@@ -231,6 +240,22 @@ class LocalSandbox(Sandbox):
 
     # ---- capabilities ----------------------------------------------------------------------------
     @classmethod
+    def is_local(cls) -> bool:
+        return True
+
+    @classmethod
+    def supports_bind_mounts(cls) -> bool:
+        return True
+
+    @classmethod
+    def _default_bind_host(cls, network: str) -> str:
+        return "127.0.0.1"  # with network "host" the sandbox shares the host's loopback
+
+    @classmethod
+    def host_address(cls, network: str = "bridge") -> str | None:
+        return "127.0.0.1"
+
+    @classmethod
     def network_options(cls, mode: str, adapter_host: str | None = None) -> dict[str, Any]:
         if mode == "open":
             return {"network": "host"}
@@ -343,11 +368,11 @@ class LocalSandbox(Sandbox):
                     await proc.stdin.drain()
                 proc.stdin.close()
 
-        full = asyncio.ensure_future(
+        full: asyncio.Future[Any] = asyncio.ensure_future(
             asyncio.gather(pump(proc.stdout, out), pump(proc.stderr, err), feed(), proc.wait())
         )
         full.add_done_callback(lambda f: f.cancelled() or f.exception())  # seen, if abandoned
-        grace = asyncio.ensure_future(_exit_then_grace(proc))
+        grace: asyncio.Future[Any] = asyncio.ensure_future(_exit_then_grace(proc))
         try:
             done, _ = await asyncio.wait(
                 {full, grace}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED

@@ -102,10 +102,10 @@ def build_view(
         if path == "/tmp":
             host.chmod(0o1777)
         mounts += ["--bind", str(host), path]
-    for source, target in binds.items():
+    for bound, target in binds.items():
         # --dir: the parents get mode 0755 (bwrap makes missing ones 0700, closed to non-root).
         parent = posixpath.dirname(posixpath.normpath(target))
-        mounts += ["--dir", parent, "--ro-bind", source, posixpath.normpath(target)]
+        mounts += ["--dir", parent, "--ro-bind", bound, posixpath.normpath(target)]
     return mounts
 
 

@@ -1,5 +1,9 @@
 """Sandbox options for one task: the run's options plus the task's own limits and writable paths.
 
+Backends whose image is read-only (``Sandbox.read_only_image``) also get what every task
+sandbox writes (:data:`READ_ONLY_IMAGE_WRITES`), whoever creates it: ``run``, ``demo``, slime's
+``generate`` and the native loop alike.
+
 A task row may ask for other limits (``metadata.resources``: ``memory``, ``cpus``, ``pids``,
 ``disk``, ``nofile``); they apply where the backend enforces them (``Sandbox.limit_names``) and
 are reported once where it does not (E2B sets them per template). The task's workdir (and any
@@ -13,6 +17,11 @@ from typing import Any
 
 from coding_agent_rl.sandbox import BACKENDS
 from coding_agent_rl.sandbox.limits import warn_once
+
+# What every task sandbox writes besides its workdir, made writable where the image is
+# read-only (``Sandbox.read_only_image``): users and git's system config (/etc), our own tree
+# (the agent CLI's run folder and uploads, the native loop's staging folder).
+READ_ONLY_IMAGE_WRITES = ("/etc", "/opt/coding-agent-rl")
 
 
 def task_options(
@@ -35,6 +44,8 @@ def task_options(
                 f"the {backend} sandbox does not enforce a per-sandbox {key} limit: "
                 f"task resources.{key} is not applied",
             )
+    if cls.read_only_image:
+        writable = [*READ_ONLY_IMAGE_WRITES, *writable]
     if cls.takes_writable:
         have = list(opts.get("writable") or [])
         for path in writable:

@@ -34,6 +34,7 @@ Rules:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -106,6 +107,11 @@ def _cut(d: _Draft, end: int) -> int:
     return removed
 
 
+def _owned_by(owner: dict[int, int], seg_id: int, turn: Turn) -> bool:
+    """Whether ``turn`` is trained in the segment ``seg_id`` (its highest-ranked chain)."""
+    return owner.get(turn.index) == seg_id
+
+
 def _draft(piece: list[tuple[Turn, Continuation | None]], owned: Callable[[Turn], bool]) -> _Draft:
     first = piece[0][0]
     d = _Draft(turns=[t for t, _ in piece])
@@ -172,7 +178,7 @@ def build_samples(
     drafts: list[tuple[Segment, _Draft, int]] = []
     for seg in ordered:
         for piece in _pieces(seg.chain.links, seg.chain.turns):
-            d = _draft(piece, lambda t, seg=seg: owner.get(t.index) == id(seg))
+            d = _draft(piece, functools.partial(_owned_by, owner, id(seg)))
             start = _fit(d, max_context, max_response)
             if start is not None:
                 drafts.append((seg, d, start))

@@ -99,9 +99,10 @@ class MessageTree:
 
     def deepest_turns(self, messages: Sequence[dict[str, Any]]) -> list[int]:
         """Turns at the deepest node along ``messages`` that holds any (recording order)."""
-        node, found = self.root, []
+        node: _Node | None = self.root
+        found: list[int] = []
         for message in messages:
-            node = node.children.get(message_key(message))
+            node = node.children.get(message_key(message)) if node is not None else None
             if node is None:
                 break
             if node.turns:

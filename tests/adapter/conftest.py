@@ -12,11 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from coding_agent_rl.adapter.render import Renderer
 from coding_agent_rl.adapter.server import AdapterConfig, AdapterServer
 from coding_agent_rl.policy.scripted import ScriptedPolicy
 from coding_agent_rl.policy.server import PolicyServer
-from coding_agent_rl.policy.tokenizer import load_tokenizer
 
 CACHE = Path(os.environ.get("CODING_AGENT_RL_CACHE", "~/.cache/coding-agent-rl")).expanduser()
 AGENTS = {
@@ -76,16 +74,6 @@ def claude_binary() -> Path:
 @pytest.fixture(scope="session")
 def codex_binary() -> Path:
     return agent_binary("codex")
-
-
-@pytest.fixture(scope="session")
-def tokenizer():
-    return load_tokenizer("qwen3")
-
-
-@pytest.fixture(scope="session")
-def renderer(tokenizer):
-    return Renderer(tokenizer)
 
 
 @pytest.fixture

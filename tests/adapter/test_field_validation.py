@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from adapter_clients import post
+from support.adapter_clients import post
 
 from coding_agent_rl.adapter import anthropic, fields, openai_chat, openai_responses
 

@@ -12,7 +12,7 @@ import time
 import urllib.parse
 
 import pytest
-from adapter_clients import BASH, post, recorded
+from support.adapter_clients import BASH, post, recorded
 
 from coding_agent_rl.adapter import handler as handler_mod
 from coding_agent_rl.adapter.handler import body_limit, image_allowance

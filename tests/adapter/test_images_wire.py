@@ -20,7 +20,8 @@ import itertools
 
 import pytest
 import torch
-from adapter_clients import (
+from PIL import Image
+from support.adapter_clients import (
     BASH,
     anthropic_follow_up,
     anthropic_reply,
@@ -31,8 +32,7 @@ from adapter_clients import (
     responses_follow_up,
     responses_reply,
 )
-from PIL import Image
-from vision_helpers import data_url, png
+from support.vision_helpers import data_url, png
 
 from coding_agent_rl.multimodal.images import ImageLimits
 from coding_agent_rl.multimodal.parts import ImageSettings

@@ -13,7 +13,7 @@ from coding_agent_rl.adapter.parsers import (
     parse_assistant,
 )
 from coding_agent_rl.adapter.render import Renderer
-from coding_agent_rl.policy.tokenizer import load_tokenizer
+from coding_agent_rl.tokenizer import load_tokenizer
 
 SCHEMA = {
     "type": "object",

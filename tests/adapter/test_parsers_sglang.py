@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from coding_agent_rl import settings
 from coding_agent_rl.adapter.parsers import format_tool_calls, parse_assistant
-from coding_agent_rl.policy.tokenizer import cache_root
 
 SGLANG = "sglang==0.5.23"
 DEPENDENCIES = ("orjson", "partial-json-parser")
@@ -92,7 +92,7 @@ TOOLS = [
 
 
 def _wheels() -> Path:
-    cache = cache_root() / "wheels" / "sglang-detectors"
+    cache = settings.current().cache_root / "wheels" / "sglang-detectors"
     if not list(cache.glob("sglang-*.whl")):
         cache.mkdir(parents=True, exist_ok=True)
         cmd = [

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from adapter_clients import recorded
+from support.adapter_clients import recorded
 
 from coding_agent_rl.adapter.parsers import format_tool_calls
 

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coding_agent_rl.adapter.render import Renderer
-from coding_agent_rl.policy.tokenizer import load_tokenizer, qwen3_chat_template
+from coding_agent_rl.tokenizer import load_tokenizer, qwen3_chat_template
 
 IM_START, IM_END, NL = 151644, 151645, 198
 TOOL_CALL, TOOL_CALL_END, TOOL_RESP, TOOL_RESP_END = 151657, 151658, 151665, 151666

@@ -9,7 +9,7 @@ import socket
 
 import aiohttp
 import pytest
-from adapter_clients import BASH, anthropic_reply, parse_sse, post, recorded
+from support.adapter_clients import BASH, anthropic_reply, parse_sse, post, recorded
 
 from coding_agent_rl.adapter.server import AdapterConfig, AdapterServer
 

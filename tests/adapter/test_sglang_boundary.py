@@ -9,8 +9,8 @@ import socket
 
 import aiohttp
 import pytest
-from adapter_clients import BASH, anthropic_reply, parse_sse, post, recorded
-from sglang_stand_in import SGLangStandIn
+from support.adapter_clients import BASH, anthropic_reply, parse_sse, post, recorded
+from support.sglang_stand_in import SGLangStandIn
 
 from coding_agent_rl.adapter.errors import UpstreamError
 from coding_agent_rl.adapter.server import AdapterConfig, AdapterServer

@@ -3,7 +3,7 @@ opened, read and closed from another loop/thread."""
 
 from __future__ import annotations
 
-from adapter_clients import BASH, anthropic_reply, post
+from support.adapter_clients import BASH, anthropic_reply, post
 
 from coding_agent_rl.adapter.server import AdapterConfig, AdapterServer
 from coding_agent_rl.policy.scripted import ScriptedPolicy

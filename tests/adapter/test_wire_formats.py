@@ -8,7 +8,7 @@ import itertools
 import json
 
 import pytest
-from adapter_clients import (
+from support.adapter_clients import (
     BASH,
     anthropic_follow_up,
     anthropic_reply,

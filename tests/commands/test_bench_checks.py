@@ -10,8 +10,8 @@ import json
 import pytest
 
 from coding_agent_rl import cli
-from coding_agent_rl.bench import missed_targets
-from coding_agent_rl.bench import rollout as bench_rollout
+from coding_agent_rl.commands.bench import missed_targets
+from coding_agent_rl.commands.bench import rollout as bench_rollout
 
 
 def record(i: int, overhead: float, *, reward: float = 1.0, kind: str | None = None) -> dict:
@@ -76,7 +76,7 @@ def test_bench_rollout_sweep_finds_the_knee_and_exits_1(canned, capsys):
 
 
 def test_bench_adapter_names_its_baseline_and_checks_tokens(capsys):
-    from coding_agent_rl.bench import adapter
+    from coding_agent_rl.commands.bench import adapter
 
     result = {"tokens_identical": True, "speedup": 20.0}
     assert adapter.check(dict(result), 30000)["targets_missed"] == []  # no speed target here

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from coding_agent_rl import cli
-from coding_agent_rl.bench import multimodal
+from coding_agent_rl.commands.bench import multimodal
 
 
 def test_each_way_copies_what_its_order_says_and_both_agree():

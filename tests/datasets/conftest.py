@@ -10,16 +10,6 @@ import pytest
 EXAMPLES = pathlib.Path(__file__).parents[2] / "coding_agent_rl" / "datasets" / "examples"
 
 
-@pytest.fixture(scope="session")
-def example_images() -> None:
-    from coding_agent_rl.datasets.images import build_dataset_images
-    from coding_agent_rl.sandbox.images import BASE_IMAGE, image_exists
-
-    if not image_exists(BASE_IMAGE):
-        pytest.fail(f"{BASE_IMAGE} is missing: run `coding-agent-rl images base` first")
-    build_dataset_images(EXAMPLES / "tasks.jsonl")
-
-
 @pytest.fixture
 def swebench_records() -> list[dict]:
     """SWE-bench rows as the HF export has them (FAIL_TO_PASS / PASS_TO_PASS as JSON strings)."""

@@ -11,7 +11,7 @@ import pytest
 from coding_agent_rl.cli import main
 from coding_agent_rl.datasets.convert import convert_records
 from coding_agent_rl.datasets.schema import load_dataset
-from coding_agent_rl.grading.reverse import reverse_patch
+from coding_agent_rl.patches.reverse import reverse_patch
 
 # A SWE-smith bug patch (introduces the bug into textkit/case.py of the slugify example).
 SMITH_BUG = "\n".join(
@@ -220,7 +220,7 @@ def test_unconvertible_input_exits_nonzero(tmp_path, capsys):
 @pytest.mark.docker
 @pytest.mark.usefixtures("example_images")
 async def test_swe_smith_row_validates_and_hides_the_fix(tmp_path):
-    from coding_agent_rl.datasets.validate import validate_row
+    from coding_agent_rl.grading.validate import validate_row
     from coding_agent_rl.grading.workspace import prepare_workspace
     from coding_agent_rl.sandbox import create_sandbox
 
@@ -249,8 +249,8 @@ async def test_swe_smith_row_validates_and_hides_the_fix(tmp_path):
 
 @pytest.mark.docker
 async def test_harbor_task_builds_and_validates_with_its_solution(tmp_path):
-    from coding_agent_rl.datasets.images import build_dataset_images
-    from coding_agent_rl.datasets.validate import validate_row
+    from coding_agent_rl.grading.validate import validate_row
+    from coding_agent_rl.images.dataset import build_dataset_images
 
     write_harbor_task(tmp_path / "tasks", name="car-test-greeting")
     out = tmp_path / "harbor.jsonl"

@@ -4,9 +4,9 @@ has no later history, whether the base is on the default branch or only on anoth
 from __future__ import annotations
 
 import pytest
-from upstream import FIX_MARK, git, make_upstream
+from support.upstream import FIX_MARK, git, make_upstream
 
-from coding_agent_rl.datasets.repo_source import (
+from coding_agent_rl.images.repo_source import (
     RepoSourceError,
     checkout_at,
     mirror,

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from coding_agent_rl import settings
 from coding_agent_rl.cli import main
 from coding_agent_rl.datasets.schema import DatasetError, load_dataset
 from coding_agent_rl.grading.protect import protected_patterns
@@ -154,11 +155,11 @@ def test_row_from_a_slime_sample(monkeypatch):
     line = json.loads(EXAMPLES.read_text().splitlines()[0])
     sample = Sample(index=3, prompt=line["prompt"], label=line["label"], metadata=line["metadata"])
     monkeypatch.setenv("CODING_AGENT_RL_DATASET_DIR", str(EXAMPLES.parent))
-    row = row_from_sample(sample)
+    row = row_from_sample(sample, base_dir=settings.load().dataset_dir)
     assert row.instance_id == line["label"] and row.patch and row.test_patch
     monkeypatch.delenv("CODING_AGENT_RL_DATASET_DIR")
     monkeypatch.chdir("/")
     with pytest.raises(
         DatasetError, match=r"sample 3: (problem_statement|patch)_file .* not found"
     ):
-        row_from_sample(sample)
+        row_from_sample(sample, base_dir=settings.load().dataset_dir)

@@ -5,7 +5,6 @@ tokens), and real CPU policy servers over HTTP with the real SGLang client."""
 from __future__ import annotations
 
 import pathlib
-import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -15,12 +14,7 @@ from coding_agent_rl.adapter.sglang import SGLangClient
 from coding_agent_rl.env.encoding import ChatEncoder
 from coding_agent_rl.policy.scripted import ScriptedPolicy
 from coding_agent_rl.policy.server import PolicyServer
-from coding_agent_rl.policy.tokenizer import load_tokenizer, qwen3_tokenizer_dir
-
-HERE = pathlib.Path(__file__).parent
-sys.path.insert(0, str(HERE))  # the helper modules next to the tests
-ROLLOUT_TESTS = HERE.parent / "rollout"
-sys.path.insert(0, str(ROLLOUT_TESTS))  # rollout_helpers: example rows, scripts, labels
+from coding_agent_rl.tokenizer import qwen3_tokenizer_dir
 
 # Llama-3-style: <|begin_of_text|>, one header per turn, <|eot_id|> closes a turn (no newline
 # after it), tool results in an "ipython" turn, tool calls as JSON in <tool_call> tags.
@@ -59,11 +53,6 @@ LLAMA3_STYLE_TEMPLATE = """
 {%- if add_generation_prompt -%}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}{%- endif -%}
 """
 LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
-
-
-@pytest.fixture(scope="session")
-def tokenizer() -> Any:
-    return load_tokenizer("qwen3")
 
 
 @pytest.fixture(scope="session")
@@ -113,18 +102,9 @@ async def scripted_engine(tokenizer) -> AsyncIterator[Callable[..., Any]]:
 
 
 @pytest.fixture(scope="session")
-def rows() -> dict[str, Any]:
+def rows(example_images: None, example_rows: dict[str, Any]) -> dict[str, Any]:
     """The example tasks by short name (``slugify``, ``pager``, ...), their images built."""
-    from rollout_helpers import TASKS
-
-    from coding_agent_rl.datasets.images import build_dataset_images
-    from coding_agent_rl.datasets.schema import load_dataset
-    from coding_agent_rl.sandbox.images import BASE_IMAGE, image_exists
-
-    if not image_exists(BASE_IMAGE):
-        pytest.fail(f"{BASE_IMAGE} is missing: run `coding-agent-rl images base` first")
-    build_dataset_images(TASKS)
-    return {r.instance_id.split("__", 1)[1]: r for r in load_dataset(TASKS)}
+    return example_rows
 
 
 @pytest.fixture

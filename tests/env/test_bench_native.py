@@ -10,7 +10,7 @@ import sys
 import uuid
 
 import pytest
-from rollout_helpers import containers
+from support.rollout_helpers import containers
 
 CLI = [sys.executable, "-m", "coding_agent_rl.cli", "bench", "native"]
 

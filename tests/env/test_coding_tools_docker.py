@@ -9,7 +9,7 @@ import json
 import time
 
 import pytest
-from rollout_helpers import RUN_ID, containers
+from support.rollout_helpers import RUN_ID, containers
 
 from coding_agent_rl.env import coding, editor
 from coding_agent_rl.env.coding import CodingEnv, CodingEnvConfig

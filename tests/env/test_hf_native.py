@@ -6,26 +6,21 @@ logprob by teacher forcing over the whole sample (observations included as conte
 from __future__ import annotations
 
 import json
-import pathlib
-import sys
 
 import pytest
-from rollout_helpers import RUN_ID, TASKS, containers
+from support.rollout_helpers import RUN_ID, TASKS, containers
 
 from coding_agent_rl.cli import main
 from coding_agent_rl.types import Sample, Status
 
-sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "policy"))
-from test_hf import tiny_model_dir as tiny_model  # noqa: F401  (the hf: policy tests' model)
-
 pytestmark = [pytest.mark.docker]
 
 
-def test_tiny_model_turns_and_verify_logprobs(rows, tiny_model, tmp_path, capsys):  # noqa: F811
+def test_tiny_model_turns_and_verify_logprobs(rows, tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "run"
     code = main(
         [
-            "run", "--dataset", str(TASKS), "--agent", "native", "--policy", f"hf:{tiny_model}",
+            "run", "--dataset", str(TASKS), "--agent", "native", "--policy", f"hf:{tiny_model_dir}",
             "--limit", "1", "--max-turns", "3", "--max-new-tokens", "12", "--max-context", "4096",
             "--temperature", "1.0", "--native-option", "on_no_tool_call=nudge",
             "--sandbox-option", f"run_id={RUN_ID}", "--out", str(out),
@@ -49,7 +44,7 @@ def test_tiny_model_turns_and_verify_logprobs(rows, tiny_model, tmp_path, capsys
     assert code == 0 and containers() == []
 
     code = main(
-        ["verify-logprobs", str(out / "samples.jsonl"), "--model", str(tiny_model), "--json"]
+        ["verify-logprobs", str(out / "samples.jsonl"), "--model", str(tiny_model_dir), "--json"]
     )
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["ok"] is True, report

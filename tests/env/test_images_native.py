@@ -19,7 +19,7 @@ import json
 import pytest
 import torch
 from PIL import Image
-from vision_helpers import noise, png
+from support.vision_helpers import noise, png
 
 from coding_agent_rl.adapter.sglang import SGLangClient
 from coding_agent_rl.cli import main

@@ -7,7 +7,7 @@ action, and a policy that writes a score into its action does not get it."""
 from __future__ import annotations
 
 import pytest
-from calc_env import TOOLS, CalcEnv, call_text
+from support.calc_env import TOOLS, CalcEnv, call_text
 
 from coding_agent_rl.env import judge as judge_mod
 from coding_agent_rl.env.base import EnvOutcome

@@ -11,7 +11,7 @@ import asyncio
 import collections
 
 import pytest
-from calc_env import TOOLS, AsyncCalcEnv, CalcEnv
+from support.calc_env import TOOLS, AsyncCalcEnv, CalcEnv
 
 from coding_agent_rl.adapter.parsers import parse_assistant
 from coding_agent_rl.env.episode import LoopConfig

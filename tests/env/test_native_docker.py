@@ -11,7 +11,8 @@ import types
 import uuid
 
 import pytest
-from rollout_helpers import (
+from support.rollout_helpers import (
+    REWRITE_TESTS,
     base_sample,
     check_outcome,
     containers,
@@ -21,12 +22,11 @@ from rollout_helpers import (
     task_rule,
     write_script,
 )
-from slime_path import RM_CALLS, SlimeSample, generate_and_rm, train_data
-from test_run_e2e import REWRITE_TESTS  # guts the visible tests, plants a conftest forcing PASSED
+from support.slime_path import RM_CALLS, SlimeSample, generate_and_rm, train_data
 
 from coding_agent_rl.env.base import EnvError
 from coding_agent_rl.env.coding import CodingEnv
-from coding_agent_rl.policy.tokenizer import qwen3_tokenizer_dir
+from coding_agent_rl.tokenizer import qwen3_tokenizer_dir
 from coding_agent_rl.types import Status
 
 pytestmark = [pytest.mark.docker]
@@ -180,7 +180,7 @@ async def test_env_failures(rows, tmp_path):
 async def test_coding_env_through_slimes_call_path(rows, tmp_path, fresh_env_generate, monkeypatch):
     """``--rollout-interaction-env-path coding_agent_rl.env.coding`` with slime's Sample class and
     generate_and_rm: the env grades (reward set, slime's RM skipped); statuses are slime's."""
-    from rollout_helpers import EXAMPLES, TASKS
+    from support.rollout_helpers import EXAMPLES, TASKS
 
     from coding_agent_rl.policy.scripted import ScriptedPolicy
     from coding_agent_rl.policy.server import PolicyServer
@@ -199,7 +199,7 @@ async def test_coding_env_through_slimes_call_path(rows, tmp_path, fresh_env_gen
     args = slime_args(
         url,
         custom_generate_function_path="coding_agent_rl.env.generate.generate",
-        custom_rm_path="slime_path.calc_reward",
+        custom_rm_path="support.slime_path.calc_reward",
         custom_config_path=str(config),
     )
     monkeypatch.setenv("CODING_AGENT_RL_DATASET_DIR", str(EXAMPLES))  # slime reads the JSONL
@@ -237,7 +237,7 @@ async def test_coding_env_through_slimes_call_path(rows, tmp_path, fresh_env_gen
 async def test_swe_agent_native_through_the_main_generate(rows, monkeypatch):
     """``--custom-generate-function-path coding_agent_rl.generate.generate`` with
     ``SWE_AGENT=native``: the same datasets, the native loop instead of a CLI."""
-    from rollout_helpers import EXAMPLES, TASKS
+    from support.rollout_helpers import EXAMPLES, TASKS
 
     from coding_agent_rl import generate as gen
     from coding_agent_rl.policy.scripted import ScriptedPolicy

@@ -13,12 +13,10 @@ import subprocess
 import sys
 
 import pytest
-from rollout_helpers import RUN_ID, TASKS, containers
+from support.dom import parse
+from support.rollout_helpers import RUN_ID, TASKS, containers
 
 from coding_agent_rl.types import Sample, Status
-
-sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "report"))
-from dom import parse
 
 pytestmark = [pytest.mark.docker]
 CLI = [sys.executable, "-m", "coding_agent_rl.cli"]

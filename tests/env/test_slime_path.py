@@ -10,14 +10,14 @@ import types
 import uuid
 
 import pytest
-from calc_env import TOOLS
-from slime_path import RM_CALLS, SlimeSample, generate_and_rm, train_data
-from vision_helpers import png
+from support.calc_env import TOOLS
+from support.slime_path import RM_CALLS, SlimeSample, generate_and_rm, train_data
+from support.vision_helpers import png
 
 from coding_agent_rl.env import generate as env_generate
-from coding_agent_rl.policy.tokenizer import qwen3_tokenizer_dir
+from coding_agent_rl.tokenizer import qwen3_tokenizer_dir
 
-CALC_ENV = str(__import__("pathlib").Path(__file__).with_name("calc_env.py"))
+CALC_ENV = str(__import__("pathlib").Path(__file__).parents[1].joinpath("support", "calc_env.py"))
 MESSAGES = [{"role": "user", "content": "What is 2 + 3? Use the tools, then answer."}]
 SAMPLING = {"temperature": 1.0, "max_new_tokens": 512}
 SOLVE = {
@@ -40,7 +40,7 @@ def slime_args(url: str, tmp_path, **overrides) -> types.SimpleNamespace:
         "sglang_tool_call_parser": "qwen25",
         "sglang_reasoning_parser": "qwen3",
         "custom_generate_function_path": "coding_agent_rl.env.generate.generate",
-        "custom_rm_path": "slime_path.calc_reward",
+        "custom_rm_path": "support.slime_path.calc_reward",
         "rollout_interaction_env_path": CALC_ENV,
         "custom_config_path": str(config),
         "apply_chat_template_kwargs": None,

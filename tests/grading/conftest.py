@@ -8,25 +8,7 @@ import subprocess
 
 import pytest
 
-from coding_agent_rl.datasets.schema import TaskRow, load_dataset
-
 EXAMPLES = pathlib.Path(__file__).parents[2] / "coding_agent_rl" / "datasets" / "examples"
-
-
-@pytest.fixture(scope="session")
-def example_rows() -> dict[str, TaskRow]:
-    return {r.instance_id.split("__", 1)[1]: r for r in load_dataset(EXAMPLES / "tasks.jsonl")}
-
-
-@pytest.fixture(scope="session")
-def example_images(example_rows) -> None:
-    """Build the example images (instant when up to date); needs the base image."""
-    from coding_agent_rl.datasets.images import build_dataset_images
-    from coding_agent_rl.sandbox.images import BASE_IMAGE, image_exists
-
-    if not image_exists(BASE_IMAGE):
-        pytest.fail(f"{BASE_IMAGE} is missing: run `coding-agent-rl images base` first")
-    build_dataset_images(EXAMPLES / "tasks.jsonl")
 
 
 def _git(cwd: pathlib.Path, *args: str, input: str | None = None) -> str:

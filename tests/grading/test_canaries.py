@@ -7,8 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+from coding_agent_rl.datasets.logparse import parse_pytest
 from coding_agent_rl.grading.canaries import Canary, check_canaries, plan_canaries
-from coding_agent_rl.grading.parsers import parse_pytest
 
 SOURCE = textwrap.dedent("""
     import unittest

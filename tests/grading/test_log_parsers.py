@@ -8,8 +8,7 @@ import textwrap
 
 import pytest
 
-from coding_agent_rl.datasets.schema import LOG_PARSERS
-from coding_agent_rl.grading.parsers import (
+from coding_agent_rl.datasets.logparse import (
     PARSERS,
     ParserUnavailable,
     canonical_id,
@@ -17,6 +16,7 @@ from coding_agent_rl.grading.parsers import (
     parse_log,
     parse_pytest,
 )
+from coding_agent_rl.datasets.schema import LOG_PARSERS
 
 SUITE = textwrap.dedent("""
     import pytest

@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from coding_agent_rl.grading.patchfiles import filter_patch, patch_paths, path_matches, split_patch
-from coding_agent_rl.grading.reverse import reverse_patch
+from coding_agent_rl.patches.files import filter_patch, patch_paths, path_matches, split_patch
+from coding_agent_rl.patches.reverse import reverse_patch
 
 
 def git(cwd, *args, input=None):

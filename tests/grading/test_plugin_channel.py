@@ -120,7 +120,7 @@ def test_records_every_outcome_and_the_final_exit_status(project):
     assert records.start["safe_path"] == (sys.version_info >= (3, 11))
     assert channel.exit_status_problem(records, rc) is None
     # The same statuses as the -rA summary in the log (what round 1 parsed).
-    from coding_agent_rl.grading.parsers import parse_pytest
+    from coding_agent_rl.datasets.logparse import parse_pytest
 
     assert parse_pytest(log) == records.tests
 

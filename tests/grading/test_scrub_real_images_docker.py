@@ -11,30 +11,25 @@ fix, its test, a tag, a release branch), each built the way a public image set b
   holding the fix, a submodule whose own repository holds a future commit;
 - ``shallow``: a shallow clone with another branch at the fix.
 
-Attack: a search for the future with the git commands agents use (tests/datasets/upstream.py).
+Attack: a search for the future with the git commands agents use (tests/support/upstream.py).
 With the scrub turned off it finds the fix in every image; with it on, nothing, and the
 independent leak check (grading/leaks.py) agrees.
 """
 
 from __future__ import annotations
 
-import pathlib
 import shutil
-import sys
 
 import pytest
+from support.upstream import FIX_MARK, git, make_upstream, search_future
 
 from coding_agent_rl.datasets.buildspec import BuildSpec
-from coding_agent_rl.datasets.images import build_image
 from coding_agent_rl.datasets.schema import TaskRow
 from coding_agent_rl.grading.leaks import find_future
 from coding_agent_rl.grading.scrub import scrub_git
-from coding_agent_rl.grading.workspace import WorkspaceError
-from coding_agent_rl.rollout.workspace import prepare_agent_workspace
+from coding_agent_rl.grading.workspace import WorkspaceError, prepare_agent_workspace
+from coding_agent_rl.images.dataset import build_image
 from coding_agent_rl.sandbox import create_sandbox
-
-sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "datasets"))
-from upstream import FIX_MARK, git, make_upstream, search_future
 
 pytestmark = pytest.mark.docker
 
@@ -69,7 +64,7 @@ cd /testbed && git checkout -q {base}
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory) -> dict[str, tuple[str, dict[str, str]]]:
-    from coding_agent_rl.sandbox.images import BASE_IMAGE, image_exists
+    from coding_agent_rl.images.common import BASE_IMAGE, image_exists
 
     if not image_exists(BASE_IMAGE):
         pytest.fail(f"{BASE_IMAGE} is missing: run `coding-agent-rl images base` first")

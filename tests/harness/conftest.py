@@ -4,25 +4,20 @@ Docker bridge gateway, as in production."""
 
 from __future__ import annotations
 
-import subprocess
 import uuid
 
 import pytest
+from support import BASE_IMAGE
+from support.rollout_helpers import containers
 
 from coding_agent_rl.sandbox import create_sandbox
 
-IMAGE = "coding-agent-rl/base:latest"
+IMAGE = BASE_IMAGE
 RUN_ID = f"harness-tests-{uuid.uuid4().hex[:8]}"
 
 
 def leftover_containers() -> list[str]:
-    r = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label=coding-agent-rl.run={RUN_ID}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return r.stdout.split()
+    return containers(RUN_ID)
 
 
 @pytest.fixture
@@ -41,21 +36,13 @@ async def offline_sandbox():
     assert leftover_containers() == [], "a sandbox container was left behind"
 
 
-@pytest.fixture(scope="session")
-def renderer():
-    from coding_agent_rl.adapter.render import Renderer
-    from coding_agent_rl.policy.tokenizer import load_tokenizer
-
-    return Renderer(load_tokenizer("qwen3"))
-
-
 @pytest.fixture
 async def stack(renderer):
     """``start(script, **adapter_config)`` -> (adapter, URL as a sandbox sees it)."""
     from coding_agent_rl.adapter.server import AdapterConfig, AdapterServer
-    from coding_agent_rl.harness import adapter_bind_host
     from coding_agent_rl.policy.scripted import ScriptedPolicy
     from coding_agent_rl.policy.server import PolicyServer
+    from coding_agent_rl.sandbox.docker import DockerSandbox
 
     started: list = []
 
@@ -67,7 +54,7 @@ async def stack(renderer):
             AdapterConfig(sglang_url=policy_url, renderer=renderer, tool_parser="qwen25", **config)
         )
         # Bound on the bridge gateway, not 0.0.0.0: exactly what sandboxes reach.
-        url = await adapter.start(adapter_bind_host("docker"), 0)
+        url = await adapter.start(DockerSandbox.adapter_bind_host(), 0)
         started.append(adapter)
         return adapter, url
 

@@ -7,9 +7,9 @@ import pathlib
 import pytest
 
 from coding_agent_rl.harness import HARNESSES, HarnessConfigError, HarnessContext, get_harness
-from coding_agent_rl.harness.base import args_from_env, env_from_env
-from coding_agent_rl.harness.network import adapter_bind_host, adapter_public_url
+from coding_agent_rl.harness.options import args_from_env, env_from_env
 from coding_agent_rl.registry import UnknownName
+from coding_agent_rl.sandbox import BACKENDS
 
 
 def ctx(**kw) -> HarnessContext:
@@ -116,13 +116,14 @@ def test_context_rejects_a_tag_that_is_not_a_plain_name():
 def test_adapter_address_overrides(monkeypatch):
     monkeypatch.setenv("ADAPTER_BIND_HOST", "10.1.2.3")
     monkeypatch.setenv("ADAPTER_PUBLIC_HOST", "adapter.internal")
-    assert adapter_bind_host("docker") == "10.1.2.3"
-    assert adapter_public_url("e2b", 18001) == "http://adapter.internal:18001"
+    assert BACKENDS.load("docker").adapter_bind_host() == "10.1.2.3"
+    assert BACKENDS.load("e2b").host_url(18001) == "http://adapter.internal:18001"
     monkeypatch.delenv("ADAPTER_PUBLIC_HOST")
     monkeypatch.delenv("ADAPTER_BIND_HOST")
-    assert adapter_bind_host("local") == "127.0.0.1"
+    assert BACKENDS.load("local").adapter_bind_host() == "127.0.0.1"
+    assert BACKENDS.load("e2b").adapter_bind_host() == "0.0.0.0"
     with pytest.raises(ValueError, match="ADAPTER_PUBLIC_HOST"):
-        adapter_public_url("e2b", 18001)
+        BACKENDS.load("e2b").host_url(18001)
 
 
 def test_harness_files_are_small_data_files():

@@ -9,6 +9,7 @@ import tarfile
 import uuid
 
 import pytest
+from support import BASE_IMAGE
 
 from coding_agent_rl.harness import AdapterUnreachable, HarnessContext, InstallError, get_harness
 from coding_agent_rl.harness.codex import Codex
@@ -16,7 +17,7 @@ from coding_agent_rl.sandbox import create_sandbox
 from coding_agent_rl.sandbox.docker import gateway_ip
 
 pytestmark = pytest.mark.docker
-IMAGE = "coding-agent-rl/base:latest"
+IMAGE = BASE_IMAGE
 RUN_ID = f"mount-install-tests-{uuid.uuid4().hex[:8]}"
 
 

@@ -8,9 +8,8 @@ import time
 
 import pytest
 
-from coding_agent_rl.harness import adapter_bind_host, adapter_public_url
 from coding_agent_rl.harness.network import AdapterUnreachable, check_reachable
-from coding_agent_rl.sandbox.docker import gateway_ip
+from coding_agent_rl.sandbox.docker import DockerSandbox, gateway_ip
 
 pytestmark = pytest.mark.docker
 
@@ -18,15 +17,17 @@ pytestmark = pytest.mark.docker
 @pytest.fixture
 async def listener():
     """A TCP server bound where the adapter would bind for Docker sandboxes."""
-    server = await asyncio.start_server(lambda r, w: w.close(), adapter_bind_host("docker"), 0)
+    server = await asyncio.start_server(
+        lambda r, w: w.close(), DockerSandbox.adapter_bind_host(), 0
+    )
     yield server.sockets[0].getsockname()[1]
     server.close()
     await server.wait_closed()
 
 
 async def test_gateway_binding_is_reachable_from_the_sandbox_and_nowhere_wider(sandbox, listener):
-    assert adapter_bind_host("docker") == gateway_ip() != "0.0.0.0"
-    url = adapter_public_url("docker", listener)
+    assert DockerSandbox.adapter_bind_host() == gateway_ip() != "0.0.0.0"
+    url = DockerSandbox.host_url(listener)
     assert url == f"http://{gateway_ip()}:{listener}"
     await check_reachable(sandbox, url)
     with pytest.raises(OSError):
@@ -42,4 +43,4 @@ async def test_a_closed_port_is_reported_at_once(sandbox, listener):
 
 async def test_a_sandbox_without_network_cannot_reach_it(offline_sandbox, listener):
     with pytest.raises(AdapterUnreachable):
-        await check_reachable(offline_sandbox, adapter_public_url("docker", listener), timeout=3)
+        await check_reachable(offline_sandbox, DockerSandbox.host_url(listener), timeout=3)

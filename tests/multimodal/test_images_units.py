@@ -7,16 +7,12 @@ from __future__ import annotations
 import base64
 import json
 import struct
-import sys
 import time
 import zlib
-from pathlib import Path
 
 import pytest
 import torch
-
-sys.path.insert(0, str(Path(__file__).parents[1]))
-from vision_helpers import data_url, png
+from support.vision_helpers import data_url, png
 
 from coding_agent_rl.multimodal.images import (
     ImageError,

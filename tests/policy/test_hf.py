@@ -14,27 +14,6 @@ from coding_agent_rl.policy.server import PolicyServer
 
 
 @pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory, tokenizer):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    config = Qwen3Config(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=32,
-        tie_word_embeddings=True,
-        max_position_embeddings=4096,
-    )
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("tiny-qwen3")
-    Qwen3ForCausalLM(config).save_pretrained(path)
-    return path
-
-
-@pytest.fixture(scope="module")
 def policy(tiny_model_dir):
     return HFPolicy(str(tiny_model_dir))
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from report_fixture import write_fixture_run
+from support.report_fixture import write_fixture_run
 
 from coding_agent_rl.report import render_report
 
@@ -15,7 +15,7 @@ from coding_agent_rl.report import render_report
 def tokenizer() -> Any:
     """The real Qwen3 tokenizer, or None where it cannot load (tests needing it then skip)."""
     try:
-        from coding_agent_rl.policy.tokenizer import load_tokenizer
+        from coding_agent_rl.tokenizer import load_tokenizer
 
         return load_tokenizer("qwen3")
     except Exception as e:  # the stand-in encoder keeps the other tests meaningful

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from dom import Node, parse
-from png_pixels import decode_png
-from report_fixture import PWN
+from support.dom import Node, parse
+from support.png_pixels import decode_png
+from support.report_fixture import PWN
 
 from coding_agent_rl.report import render_report
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dom import Node, parse
-from report_fixture import PWN
+from support.dom import Node, parse
+from support.report_fixture import PWN
 
 from coding_agent_rl import cli
 from coding_agent_rl.report import load_run, render_report
@@ -183,7 +183,7 @@ def test_missing_loader_module_falls_back_to_ids_stand_in(
     from coding_agent_rl.report import tokens
 
     def no_module(spec: str) -> Any:
-        raise ModuleNotFoundError("No module named 'coding_agent_rl.policy.tokenizer'")
+        raise ModuleNotFoundError("No module named 'coding_agent_rl.tokenizer'")
 
     monkeypatch.setattr(tokens, "_load", no_module)
     _, root = _page(render_report(run_dir, tmp_path / "r.html", tokenizer="qwen3"))

@@ -1,25 +1,14 @@
-"""Fixtures for the end-to-end rollout tests: the example images and the example rows."""
+"""Fixtures for the end-to-end rollout tests: the example rows, their images built (the shared
+``example_images`` / ``example_rows`` of tests/support/fixtures.py)."""
 
 from __future__ import annotations
 
 import pytest
-from rollout_helpers import TASKS
 
-from coding_agent_rl.datasets.schema import TaskRow, load_dataset
-
-
-@pytest.fixture(scope="session")
-def example_images() -> None:
-    """Build the example images (about a second when they are up to date)."""
-    from coding_agent_rl.datasets.images import build_dataset_images
-    from coding_agent_rl.sandbox.images import BASE_IMAGE, image_exists
-
-    if not image_exists(BASE_IMAGE):
-        pytest.fail(f"{BASE_IMAGE} is missing: run `coding-agent-rl images base` first")
-    build_dataset_images(TASKS)
+from coding_agent_rl.datasets.schema import TaskRow
 
 
 @pytest.fixture(scope="session")
-def rows(example_images) -> dict[str, TaskRow]:
+def rows(example_images: None, example_rows: dict[str, TaskRow]) -> dict[str, TaskRow]:
     """The example tasks by short name (``slugify``, ``pager``, ...), in file order."""
-    return {r.instance_id.split("__", 1)[1]: r for r in load_dataset(TASKS)}
+    return example_rows

@@ -26,8 +26,8 @@ import textwrap
 from typing import Any
 
 import pytest
-import round1
-from rollout_helpers import base_sample, check_outcome, rollout_config, runtime, task_rule
+from support import round1
+from support.rollout_helpers import base_sample, check_outcome, rollout_config, runtime, task_rule
 
 from coding_agent_rl.harness.base import AGENT_LOG_CAP
 
@@ -171,6 +171,6 @@ def test_a_diff_over_the_cap_is_named_so(outcomes):
 
 
 def test_no_container_left(outcomes):
-    from rollout_helpers import containers
+    from support.rollout_helpers import containers
 
     assert containers() == []

@@ -11,7 +11,7 @@ import sys
 import uuid
 
 import pytest
-from rollout_helpers import containers
+from support.rollout_helpers import containers
 
 pytestmark = [pytest.mark.docker, pytest.mark.agents, pytest.mark.usefixtures("example_images")]
 

@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 import pytest
-from rollout_helpers import (
+from support.rollout_helpers import (
     FAST_FAIL_HARNESS,
     RUN_ID,
     base_sample,
@@ -112,7 +112,7 @@ class Batch:
 async def run_batch(rows: dict[str, Any], tmp_path) -> Batch:
     from coding_agent_rl.harness import get_harness
     from coding_agent_rl.policy.server import PolicyServer
-    from coding_agent_rl.policy.tokenizer import load_tokenizer
+    from coding_agent_rl.tokenizer import load_tokenizer
 
     slow_then_solve = [{"shell": "sleep 20"}, *solve_steps(rows["daterange"])]
     hang_on_import = {

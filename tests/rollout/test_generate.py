@@ -13,7 +13,7 @@ import json
 import types
 
 import pytest
-from rollout_helpers import EXAMPLES, dataset_lines, solve_steps, task_rule
+from support.rollout_helpers import EXAMPLES, dataset_lines, solve_steps, task_rule
 
 from coding_agent_rl import generate as gen
 from coding_agent_rl.policy.scripted import ScriptedPolicy
@@ -49,11 +49,11 @@ def slime_sample(line: dict, index: int) -> Sample:
 
 @pytest.fixture
 async def slime(rows, tmp_path_factory, monkeypatch):
-    from rollout_helpers import containers
+    from support.rollout_helpers import containers
 
     from coding_agent_rl.policy.server import PolicyServer
-    from coding_agent_rl.policy.tokenizer import build_qwen3_tokenizer
     from coding_agent_rl.sandbox.docker_engine import default_run_id
+    from coding_agent_rl.tokenizer import build_qwen3_tokenizer
 
     tok = build_qwen3_tokenizer(tmp_path_factory.mktemp("qwen3-tokenizer"))
     script = {
@@ -198,3 +198,30 @@ async def test_generate_isolates_like_run(slime, monkeypatch):
     assert h.startswith("memory limit 1 GiB exceeded")
     assert all(s.metadata["failure_kind"] == "model" and not s.remove_sample for s in hogged)
     assert accepted == [] and all(s.metadata["failure_kind"] == "model" for s in probed)
+
+
+@pytest.mark.parametrize("capability", ["on", "off"])
+async def test_generate_with_the_local_backend(slime, monkeypatch, capability):
+    """slime's ``generate()`` with ``CODING_AGENT_RL_SANDBOX=local``: the backend's capabilities
+    (a read-only image whose task sandboxes get /etc and our tree writable, host files bind-
+    mounted) apply under slime as under ``run``. With the read-only-image capability switched
+    off (as when only ``run`` applied the local options) the rollout cannot set up its task and
+    ends as an infrastructure failure."""
+    from coding_agent_rl.images.dataset import build_dataset_images
+    from coding_agent_rl.sandbox.local import LocalSandbox, bwrap_reason
+
+    if reason := bwrap_reason():
+        pytest.skip(f"SKIPPED (no bubblewrap): {reason}")
+    build_dataset_images(EXAMPLES / "tasks.jsonl", kind="rootfs")
+    monkeypatch.setenv("CODING_AGENT_RL_SANDBOX", "local")
+    if capability == "off":
+        monkeypatch.setattr(LocalSandbox, "read_only_image", False)
+    args, _ = slime
+    samples = await gen.generate(args, slime_sample(dataset_lines()["slugify"], 20), dict(SAMPLING))
+    record = samples[0].metadata.get("rollout_record", samples[0].metadata)
+    if capability == "on":
+        assert all(s.reward == 1.0 and not s.remove_sample for s in samples), record
+        assert gen._runtime.runner.config.backend == "local"
+    else:
+        (p,) = samples
+        assert p.remove_sample and p.metadata["failure_kind"] == "infra", record

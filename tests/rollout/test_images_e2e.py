@@ -22,7 +22,7 @@ import json
 import pytest
 import torch
 from PIL import Image
-from rollout_helpers import EXAMPLES, RUN_ID, containers, runtime, write_script
+from support.rollout_helpers import EXAMPLES, RUN_ID, containers, runtime, write_script
 
 from coding_agent_rl.cli import main
 from coding_agent_rl.datasets.schema import load_dataset
@@ -37,7 +37,7 @@ LEGEND = EXAMPLES / "chart" / "repo" / "docs" / "legend.png"
 
 @pytest.fixture(scope="module")
 def chart_row():
-    from coding_agent_rl.datasets.images import build_dataset_images
+    from coding_agent_rl.images.dataset import build_dataset_images
 
     build_dataset_images(MULTIMODAL)
     (row,) = load_dataset(MULTIMODAL)
@@ -54,7 +54,7 @@ def decoded(url: str) -> bytes:
 async def test_claude_code_reads_a_png_into_image_data_tokens_and_tensors(
     chart_row, vision, tiny_vlm_dir, tmp_path
 ):
-    from rollout_helpers import base_sample, rollout_config
+    from support.rollout_helpers import base_sample, rollout_config
 
     steps = [
         {"tool": {"name": "Read", "arguments": {"file_path": "/testbed/docs/legend.png"}}},
@@ -158,7 +158,7 @@ async def test_native_coding_env_shows_problem_images_and_viewed_image_files(
     """The coding environment (native loop, scripted policy, a VLM-engine stand-in): the task's
     ``problem_images`` come with the task; ``file_editor view`` of a PNG answers with the image;
     both are in the sample (tokens, image_data, tensors) and the fix is graded solved."""
-    from rollout_helpers import base_sample, rollout_config
+    from support.rollout_helpers import base_sample, rollout_config
 
     steps = [
         {"tool": {"name": "file_editor", "arguments": {"command": "view", "path": "docs/legend.png"}}},

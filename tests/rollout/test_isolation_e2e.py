@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 import pytest
-from rollout_helpers import (
+from support.rollout_helpers import (
     FAST_FAIL_HARNESS,
     RUN_ID,
     base_sample,

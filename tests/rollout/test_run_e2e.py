@@ -15,7 +15,15 @@ import time
 from typing import Any
 
 import pytest
-from rollout_helpers import RUN_ID, TASKS, containers, task_rule, write_script
+from support.rollout_helpers import (
+    GIVE_UP,
+    REWRITE_TESTS,
+    RUN_ID,
+    TASKS,
+    containers,
+    task_rule,
+    write_script,
+)
 
 from coding_agent_rl.types import Sample, Status
 
@@ -24,19 +32,6 @@ pytestmark = [pytest.mark.docker, pytest.mark.agents]
 CLI = [sys.executable, "-m", "coding_agent_rl.cli"]
 COMMON = ["--dataset", str(TASKS), "--sandbox-option", f"run_id={RUN_ID}"]
 COMMON += ["--agent-budget", "300", "--eval-timeout", "120"]
-
-GIVE_UP = [{"say": "I could not find the bug, so I am leaving the code as it is."}]
-# Guts every visible test and adds a conftest.py hook that reports every test as passed.
-REWRITE_TESTS = [
-    {
-        "shell": "cd /testbed && for f in tests/test_*.py; do "
-        "printf 'def test_ok():\\n    assert True\\n' > \"$f\"; done && "
-        "printf 'import pytest\\n\\n\\n@pytest.hookimpl(hookwrapper=True)\\n"
-        "def pytest_runtest_makereport(item, call):\\n    outcome = yield\\n"
-        '    outcome.get_result().outcome = "passed"\\n\' > conftest.py && git status --short'
-    },
-    {"say": "All tests pass now."},
-]
 
 
 def start(out: pathlib.Path, *args: str) -> subprocess.Popen:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from rollout_helpers import RUN_ID, TASKS, containers
+from support.rollout_helpers import RUN_ID, TASKS, containers
 
 from coding_agent_rl.commands.run import all_infra_exit
 from coding_agent_rl.rollout.outputs import summarize

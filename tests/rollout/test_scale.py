@@ -18,7 +18,7 @@ import statistics
 import time
 
 import pytest
-from rollout_helpers import RUN_ID, containers, rollout_config, solve_script
+from support.rollout_helpers import RUN_ID, containers, rollout_config, solve_script
 
 pytestmark = [
     pytest.mark.docker,

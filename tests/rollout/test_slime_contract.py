@@ -11,8 +11,8 @@ import math
 import types
 
 import pytest
-from rollout_helpers import EXAMPLES, dataset_lines
 from support import slime_stand_in as slime
+from support.rollout_helpers import EXAMPLES, dataset_lines
 
 from coding_agent_rl import generate as gen
 from coding_agent_rl import types as car_types

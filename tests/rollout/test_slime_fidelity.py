@@ -27,8 +27,8 @@ import time
 import types
 
 import pytest
-from rollout_helpers import EXAMPLES, containers, dataset_lines, solve_steps
 from support import slime_stand_in as slime
+from support.rollout_helpers import EXAMPLES, containers, dataset_lines, solve_steps
 
 from coding_agent_rl import generate as gen
 from coding_agent_rl.policy.base import Completion, Policy, pseudo_logprob
@@ -95,8 +95,8 @@ async def slime_world(rows, tmp_path_factory, monkeypatch):
     """``start(scripts, **args)`` -> (args, policy): the policy server on loopback as slime's
     router, slime's args, ``generate``'s process state reset; torn down after the test."""
     from coding_agent_rl.policy.server import PolicyServer
-    from coding_agent_rl.policy.tokenizer import build_qwen3_tokenizer
     from coding_agent_rl.sandbox.docker_engine import default_run_id
+    from coding_agent_rl.tokenizer import build_qwen3_tokenizer
 
     tok = build_qwen3_tokenizer(tmp_path_factory.mktemp("qwen3-tokenizer"))
     servers = []

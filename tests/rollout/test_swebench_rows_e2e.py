@@ -8,15 +8,12 @@ object) finds nothing: what it saw is written into its diff and checked here."""
 from __future__ import annotations
 
 import json
-import pathlib
 import subprocess
 import sys
 
 import pytest
-from rollout_helpers import RUN_ID, containers, write_script
-
-sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "datasets"))
-from upstream import FIX_MARK, make_upstream, search_future, swebench_record
+from support.rollout_helpers import RUN_ID, containers, write_script
+from support.upstream import FIX_MARK, make_upstream, search_future, swebench_record
 
 pytestmark = [pytest.mark.docker, pytest.mark.agents]
 CLI = [sys.executable, "-m", "coding_agent_rl.cli"]

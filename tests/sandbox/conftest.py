@@ -8,10 +8,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from support import BASE_IMAGE
 
 from coding_agent_rl.sandbox import Sandbox, create_sandbox
-
-BASE_IMAGE = "coding-agent-rl/base:latest"
 
 
 @dataclasses.dataclass
@@ -35,7 +34,7 @@ BACKEND_PARAMS = [
 @pytest.fixture
 def use_e2b_stand_in(monkeypatch: pytest.MonkeyPatch) -> type:
     """Route the e2b backend's SDK calls to the stand-in (E2B's cloud is unreachable here)."""
-    from e2b_stand_in import StandInAsyncSandbox
+    from support.e2b_stand_in import StandInAsyncSandbox
 
     from coding_agent_rl.sandbox import e2b as e2b_backend
 

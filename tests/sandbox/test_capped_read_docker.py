@@ -9,9 +9,9 @@ import time
 import pytest
 
 from coding_agent_rl.harness.base import agent_log
+from coding_agent_rl.images.common import BASE_IMAGE
 from coding_agent_rl.sandbox import create_sandbox
 from coding_agent_rl.sandbox.capped_read import read_capped
-from coding_agent_rl.sandbox.images import BASE_IMAGE
 
 pytestmark = pytest.mark.docker
 

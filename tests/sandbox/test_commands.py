@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from support import BASE_IMAGE
 
 from coding_agent_rl.cli import main
 
@@ -12,7 +13,7 @@ from coding_agent_rl.cli import main
 @pytest.mark.docker
 def test_images_base_reuses_the_existing_image(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["images", "base"]) == 0
-    assert capsys.readouterr().out.strip() == "coding-agent-rl/base:latest"
+    assert capsys.readouterr().out.strip() == BASE_IMAGE
 
 
 def test_images_build_needs_a_dataset(capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,6 +11,7 @@ import uuid
 import docker.errors
 import pytest
 import requests
+from support import BASE_IMAGE
 
 from coding_agent_rl.cli import main as cli_main
 from coding_agent_rl.sandbox import SandboxError, SandboxGone, create_sandbox
@@ -18,7 +19,7 @@ from coding_agent_rl.sandbox import docker as docker_backend
 from coding_agent_rl.sandbox import docker_engine as engine
 
 pytestmark = pytest.mark.docker
-IMAGE = "coding-agent-rl/base:latest"
+IMAGE = BASE_IMAGE
 
 
 def run_id() -> str:

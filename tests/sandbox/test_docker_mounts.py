@@ -7,11 +7,12 @@ import subprocess
 import uuid
 
 import pytest
+from support import BASE_IMAGE
 
 from coding_agent_rl.sandbox import SandboxCreateError, create_sandbox
 
 pytestmark = pytest.mark.docker
-IMAGE = "coding-agent-rl/base:latest"
+IMAGE = BASE_IMAGE
 RUN_ID = f"mount-tests-{uuid.uuid4().hex[:8]}"
 
 

@@ -6,10 +6,11 @@ from typing import Any
 
 import e2b
 import pytest
+from support import BASE_IMAGE
 
 from coding_agent_rl.sandbox import SandboxCreateError, SandboxError, SandboxGone, create_sandbox
 
-IMAGE = "coding-agent-rl/base:latest"
+IMAGE = BASE_IMAGE
 
 
 async def test_e2b_image_is_the_template_by_default_against_sdk_stand_in(
@@ -53,7 +54,7 @@ class FlakyCreate:
 
     @classmethod
     async def create(cls, **kwargs: Any) -> Any:
-        from e2b_stand_in import StandInAsyncSandbox
+        from support.e2b_stand_in import StandInAsyncSandbox
 
         if cls.failures:
             raise cls.failures.pop()

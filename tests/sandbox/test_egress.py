@@ -18,13 +18,14 @@ import urllib.request
 import uuid
 
 import pytest
+from support import BASE_IMAGE
 
 from coding_agent_rl.adapter.server import AdapterConfig, AdapterServer
 from coding_agent_rl.rollout.isolation import AgentNetwork
 from coding_agent_rl.sandbox import create_sandbox
 from coding_agent_rl.sandbox.netns import host_ipv4_addresses
 
-BASE = "coding-agent-rl/base:latest"
+BASE = BASE_IMAGE
 OUTSIDE = "198.51.100.7"  # TEST-NET-2: reserved, never routed (192.0.2.0/24 is this VM's uplink)
 BACKEND_PARAMS = [pytest.param("docker", marks=pytest.mark.docker), "local"]
 
@@ -71,14 +72,6 @@ async def listeners():
     lst = await Listeners().start()
     yield lst
     lst.close()
-
-
-@pytest.fixture(scope="module")
-def renderer():
-    from coding_agent_rl.adapter.render import Renderer
-    from coding_agent_rl.policy.tokenizer import load_tokenizer
-
-    return Renderer(load_tokenizer("qwen3"))
 
 
 @pytest.fixture

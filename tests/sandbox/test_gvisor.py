@@ -20,6 +20,7 @@ import textwrap
 import time
 
 import pytest
+from support import BASE_IMAGE
 
 from coding_agent_rl.sandbox import SandboxCreateError, create_sandbox
 
@@ -32,9 +33,7 @@ RUNTIMES = {
 
 async def test_an_unregistered_runtime_is_a_clear_create_error():
     with pytest.raises(SandboxCreateError, match="no runtime 'no-such-runtime' registered"):
-        async with create_sandbox(
-            "docker", "coding-agent-rl/base:latest", runtime="no-such-runtime"
-        ):
+        async with create_sandbox("docker", BASE_IMAGE, runtime="no-such-runtime"):
             pass
 
 
@@ -79,9 +78,7 @@ def gvisor_engine():
                 root / "dockerd.log"
             ).read_text()[-2000:]
             time.sleep(0.5)
-        save = subprocess.Popen(
-            ["docker", "save", "coding-agent-rl/base:latest"], stdout=subprocess.PIPE
-        )
+        save = subprocess.Popen(["docker", "save", BASE_IMAGE], stdout=subprocess.PIPE)
         subprocess.run(
             ["docker", "-H", sock, "load"], stdin=save.stdout, check=True, capture_output=True
         )

@@ -4,6 +4,7 @@ asked for. (The attacks against the limits run in test_limits_attacks.py.)"""
 from __future__ import annotations
 
 import pytest
+from support import BASE_IMAGE
 
 from coding_agent_rl.grading.prepared import grading_network, sandbox_options_for
 from coding_agent_rl.rollout.isolation import AgentNetwork, agent_network_mode
@@ -98,7 +99,8 @@ def test_task_options_apply_resources_where_enforced(caplog, use_e2b_stand_in):
     )
     assert opts == {"memory": "8g", "run_id": "r", "writable": ["/w"]}
     nested = task_options("local", {"writable": ["/opt/x"]}, writable=["/opt/x/run", "/w"])
-    assert nested["writable"] == ["/opt/x", "/w"]
+    # a read-only image (local) also gets what every task sandbox writes: /etc, our tree
+    assert nested["writable"] == ["/etc", "/opt/coding-agent-rl", "/opt/x", "/w"]
     with caplog.at_level("WARNING"):
         assert task_options("e2b", {}, resources={"memory": "8g"}, writable=["/w"]) == {}
     assert "does not enforce a per-sandbox memory limit" in caplog.text
@@ -142,7 +144,7 @@ async def test_e2b_network_reaches_the_sdk(use_e2b_stand_in):
         {"network": "adapter-only", "allow_out": ["adapter.example.org"]},
         sandbox_options_for("e2b", {}),
     ):
-        async with create_sandbox("e2b", "coding-agent-rl/base:latest", **options):
+        async with create_sandbox("e2b", BASE_IMAGE, **options):
             pass
     strict, named, grading = created[-3:]
     assert strict["network"] == {

@@ -18,13 +18,14 @@ import time
 import uuid
 
 import pytest
+from support import BASE_IMAGE
 
 from coding_agent_rl.sandbox import create_sandbox
 from coding_agent_rl.sandbox import docker_engine as engine
 from coding_agent_rl.sandbox import docker_isolation as iso
 from coding_agent_rl.sandbox.disk import disk_dir
 
-BASE = "coding-agent-rl/base:latest"
+BASE = BASE_IMAGE
 BACKEND_PARAMS = [pytest.param("docker", marks=pytest.mark.docker), "local"]
 OFF = {"memory": None, "pids": None, "disk": None, "cpus": None, "nofile": None}
 
@@ -190,8 +191,8 @@ async def test_open_files_are_capped(backend):
 
 @pytest.fixture(scope="module")
 def slugify_row():
-    from coding_agent_rl.datasets.images import build_dataset_images
     from coding_agent_rl.datasets.schema import load_dataset
+    from coding_agent_rl.images.dataset import build_dataset_images
 
     tasks = pathlib.Path(__file__).parents[2] / "coding_agent_rl/datasets/examples/tasks.jsonl"
     build_dataset_images(tasks)

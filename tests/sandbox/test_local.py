@@ -7,6 +7,7 @@ import subprocess
 import uuid
 
 import pytest
+from support import BASE_IMAGE
 
 from coding_agent_rl.sandbox import SandboxCreateError, SandboxError, create_sandbox
 from coding_agent_rl.sandbox import local as local_backend
@@ -75,7 +76,7 @@ async def test_rootfs_mode_never_writes_into_the_source_tree(tmp_path: pathlib.P
     root = tmp_path / "rootfs"
     root.mkdir()
     cid = subprocess.run(
-        ["docker", "create", "coding-agent-rl/base:latest"],
+        ["docker", "create", BASE_IMAGE],
         capture_output=True,
         text=True,
         check=True,

@@ -15,7 +15,6 @@ from coding_agent_rl.harness import cache
 from coding_agent_rl.harness.claude_code import ClaudeCode
 from coding_agent_rl.policy.scripted import ScriptedPolicy
 from coding_agent_rl.policy.server import PolicyServer
-from coding_agent_rl.policy.tokenizer import load_tokenizer
 
 
 @pytest.fixture(scope="session")
@@ -24,11 +23,6 @@ def claude_binary() -> Path:
         return cache.unpacked(ClaudeCode.package)[ClaudeCode.package.main]
     except cache.FetchError as e:
         pytest.fail(f"the Claude Code binary is unavailable: {e}")
-
-
-@pytest.fixture(scope="session")
-def tokenizer():
-    return load_tokenizer("qwen3")
 
 
 @pytest.fixture

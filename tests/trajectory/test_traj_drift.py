@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from traj_sim import SYSTEM, USER, Recorder, turn
+from support.traj_sim import SYSTEM, USER, Recorder, turn
 
 from coding_agent_rl.trajectory import build_samples
 from coding_agent_rl.trajectory.drift import Drift, classify

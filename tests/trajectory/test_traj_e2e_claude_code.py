@@ -30,11 +30,11 @@ import os
 from pathlib import Path
 
 import pytest
-from traj_sim import Recorder
+from support.traj_sim import Recorder
 
 from coding_agent_rl.adapter.render import Renderer
-from coding_agent_rl.harness.base import HarnessContext
 from coding_agent_rl.harness.claude_code import ClaudeCode
+from coding_agent_rl.harness.context import HarnessContext
 from coding_agent_rl.trajectory import build_samples
 from coding_agent_rl.trajectory.tree import text_of
 from coding_agent_rl.types import Sample, Status

@@ -6,7 +6,7 @@ import collections
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from traj_sim import Conv, Recorder
+from support.traj_sim import Conv, Recorder
 
 from coding_agent_rl.trajectory import build_samples, grpo_advantages
 from coding_agent_rl.types import Sample

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from traj_sim import Recorder
+from support.traj_sim import Recorder
 
 from coding_agent_rl.trajectory import assign_reward, build_samples, grpo_advantages
 from coding_agent_rl.types import Sample, Status

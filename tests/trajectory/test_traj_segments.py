@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from traj_sim import Recorder
+from support.traj_sim import Recorder
 
 from coding_agent_rl.trajectory import build_samples
 from coding_agent_rl.types import Sample, Status

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from traj_sim import SYSTEM, USER, turn
+from support.traj_sim import SYSTEM, USER, turn
 
 from coding_agent_rl.trajectory import build_samples
 from coding_agent_rl.trajectory.tree import MessageTree, build_chains, message_key

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from coding_agent_rl.cli import main  # noqa: E402
-from coding_agent_rl.trajectory.verify import load_model, read_samples, verify  # noqa: E402
+from coding_agent_rl.policy.verify import load_model, read_samples, verify  # noqa: E402
 from coding_agent_rl.types import Sample, Status, aborted_sample  # noqa: E402
 
 VOCAB = 151_936  # Qwen3's embedding size

@@ -1,0 +1,77 @@
+"""``coding-agent-rl agents list | fetch [NAME...]``: the agent CLIs and their host cache."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from coding_agent_rl.harness import HARNESSES
+from coding_agent_rl.harness.base import BaseHarness
+from coding_agent_rl.harness.cache import (
+    FetchError,
+    cached_tarball,
+    fetch,
+    override_tarball,
+    unpack_dir,
+    unpacked,
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    sub.add_parser("list", help="known agent CLIs, pinned versions, cache state")
+    f = sub.add_parser("fetch", help="download (npm pack), verify and unpack into the cache")
+    f.add_argument("names", nargs="*", metavar="NAME", help="harness names (default: all)")
+
+
+def _harness_classes(names: list[str]) -> list[type[BaseHarness]]:
+    from coding_agent_rl.errors import UserError
+
+    known = HARNESSES.names()
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise UserError(f"unknown agent(s) {', '.join(bad)}; known: {', '.join(known)}")
+    return [HARNESSES.load(n) for n in names or known]
+
+
+def _state(cls: type[BaseHarness]) -> str:
+    pkg = cls.package
+    try:
+        override = override_tarball(pkg)
+    except FetchError as e:
+        return f"error: {e}"
+    tarball = override or cached_tarball(pkg)
+    if not tarball.exists():
+        return "not fetched"
+    ready = (unpack_dir(pkg, tarball) / ".complete").exists()
+    origin = f"{pkg.tarball_env}={override}" if override else str(tarball)
+    return f"{'ready' if ready else 'fetched'} ({origin})"
+
+
+def run(args: argparse.Namespace) -> int:
+    from coding_agent_rl.errors import UserError
+
+    if args.action == "list":
+        for cls in _harness_classes([]):
+            pkg = cls.package
+            print(f"{cls.name:12} {pkg.spec:48} {_state(cls)}")
+        return 0
+    failed = 0
+    for cls in _harness_classes(args.names):
+        t0 = time.monotonic()
+        try:
+            fetch(cls.package)
+            t1 = time.monotonic()
+            files = unpacked(cls.package)
+        except FetchError as e:
+            print(f"{cls.name}: FAILED: {e}")
+            failed += 1
+            continue
+        size = sum(p.stat().st_size for p in files.values()) >> 20
+        print(
+            f"{cls.name}: {cls.package.spec} ready ({size} MB unpacked; fetch {t1 - t0:.1f}s, "
+            f"verify+unpack {time.monotonic() - t1:.1f}s) in {next(iter(files.values())).parent}"
+        )
+    if failed:
+        raise UserError(f"{failed} agent(s) could not be fetched")
+    return 0

@@ -1,0 +1,89 @@
+"""``coding-agent-rl bench NAME ...``: each benchmark is a module ``coding_agent_rl.commands.bench.NAME``.
+
+A benchmark module defines ``add_arguments(parser)`` and ``run(args) -> int``, like a CLI
+subcommand; this dispatcher picks it by its first positional argument.
+
+Every benchmark result says what its baseline is (``baseline.kind``: ``run`` — measured in the
+same process and run, interleaved with ours — or ``modelled`` — computed, with ``baseline.from``
+naming the inputs), lists its ``targets`` and the ``targets_missed``. :func:`report` prints it and
+gives the exit status: 1 when a target is missed, unless ``--no-check``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import operator
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+# A target: (comparison, bound), e.g. ("<=", 1.1): the figure must be <= 1.1.
+Target = tuple[str, float]
+_OPS = {"<=": operator.le, ">=": operator.ge, "==": operator.eq}
+
+BENCHMARKS = {
+    "sandbox": "sandbox create/destroy, exec and completion detection vs the docker CLI",
+    "adapter": "incremental vs full prompt rendering on a long agent session",
+    "rollout": "end-to-end rollouts on the bundled tasks",
+    "native": "the native loop: per-turn overhead at 32k context, rollouts/min vs Claude Code",
+    "grading": "tamper-evident grading vs a plain pytest -rA run of the same tests",
+    "multimodal": "per-turn image tensors merged once vs concatenated every turn",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", choices=sorted(BENCHMARKS), help="which benchmark")
+    parser.add_argument("rest", nargs=argparse.REMAINDER, help="the benchmark's own options")
+
+
+def run(args: argparse.Namespace) -> int:
+    from coding_agent_rl.errors import UserError
+
+    try:
+        module = importlib.import_module(f"coding_agent_rl.commands.bench.{args.name}")
+    except ModuleNotFoundError as e:
+        if e.name == f"coding_agent_rl.commands.bench.{args.name}":
+            raise UserError(f"benchmark {args.name!r} is not available yet") from e
+        raise
+    parser = argparse.ArgumentParser(
+        prog=f"coding-agent-rl bench {args.name}", description=BENCHMARKS[args.name]
+    )
+    module.add_arguments(parser)
+    sub_args = parser.parse_args(args.rest)
+    sub_args.verbose = getattr(args, "verbose", False)
+    return int(module.run(sub_args) or 0)
+
+
+def add_check_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-check", action="store_true", help="exit 0 even when a target is missed"
+    )
+
+
+def missed_targets(result: Mapping[str, Any], targets: Mapping[str, Target]) -> list[str]:
+    """The targets ``result`` misses, as ``"name <= bound (got value)"``; a figure that was not
+    measured (missing or None) is not checked."""
+    missed = []
+    for name, (op, bound) in targets.items():
+        value = result.get(name)
+        if value is not None and not _OPS[op](value, bound):
+            missed.append(f"{name} {op} {bound:g} (got {value})")
+    return missed
+
+
+def report(name: str, result: dict[str, Any], args: argparse.Namespace) -> int:
+    """Print ``result`` (one JSON line with ``--json``, else a table); 1 if it missed a target
+    (``result["targets_missed"]``) and ``--no-check`` was not given."""
+    if getattr(args, "json", False):
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key:28} {value}")
+    missed = result.get("targets_missed") or []
+    if missed:
+        verdict = "ignored (--no-check)" if args.no_check else "exit 1"
+        print(f"bench {name}: target missed: {'; '.join(missed)} [{verdict}]", file=sys.stderr)
+        return 0 if args.no_check else 1
+    return 0

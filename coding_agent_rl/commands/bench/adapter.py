@@ -1,0 +1,133 @@
+"""``coding-agent-rl bench adapter``: incremental vs full prompt rendering on a long agent session.
+
+A synthetic Claude-Code-sized session (a ~16k-token system prompt, 20 tools with JSON schemas,
+then assistant tool calls and tool results until the history reaches ``--context`` tokens) goes
+through the adapter's rendering two ways each turn: ``Renderer.extend`` on the stored ids (what
+the adapter does) and a full re-render of the whole history. The "sampled" assistant tokens are
+the template's canonical rendering, so both ways must give identical ids.
+
+The baseline (the full re-render) is run in this process on the same session, each step timed
+``--repeat`` times, fastest kept, like ours. Targets: identical tokens always; a speedup of at
+least 30x at a context of 65,536 tokens or more (the speedup grows with the history, so below
+that context no speed target applies).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import random
+import time
+from typing import Any
+
+from coding_agent_rl.commands.bench import add_check_argument, missed_targets, report
+from coding_agent_rl.commands.bench.synthetic_session import (
+    assistant_turn,
+    sentence,
+    system_prompt,
+    tools,
+)
+
+TARGET_SPEEDUP = 30.0
+TARGET_CONTEXT = 65536  # the speedup target applies from this context on
+
+
+def _best_of(repeat: int, fn) -> tuple[Any, float]:
+    """The result and the fastest of ``repeat`` timings (the machine may be shared)."""
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - t0)
+    return result, best
+
+
+def run_session(
+    context: int, seed: int = 0, tokenizer_spec: str = "qwen3", repeat: int = 3
+) -> dict[str, Any]:
+    from coding_agent_rl.adapter.render import Renderer
+    from coding_agent_rl.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(tokenizer_spec)
+    renderer = Renderer(tokenizer)
+    rng = random.Random(seed)
+
+    def count(text: str) -> int:
+        return len(tokenizer.backend_tokenizer.encode(text, add_special_tokens=False).ids)
+
+    tool_list = tools(rng)
+    history: list[dict[str, Any]] = [
+        {"role": "system", "content": system_prompt(rng, 16000, count)},
+        {
+            "role": "user",
+            "content": "Fix the failing test in tests/test_parser.py. " + sentence(rng),
+        },
+    ]
+    prompt = renderer.render(history, tool_list)
+    first_tokens = len(prompt)
+    inc_s = full_s = 0.0
+    turns = 0
+    identical = True
+    while len(prompt) < context:
+        message, results = assistant_turn(rng, turns)
+        output = renderer.canonical_output(message)  # the "sampled" tokens, stop token kept
+        history += [message, *results]
+
+        stored = prompt + output  # what the adapter holds: previous prompt + sampled output
+        incremental, seconds = _best_of(
+            repeat, functools.partial(renderer.extend, stored, "stop", results, tool_list)
+        )
+        inc_s += seconds
+        full, seconds = _best_of(repeat, functools.partial(renderer.render, history, tool_list))
+        full_s += seconds
+        identical = identical and incremental == full
+        prompt = incremental
+        turns += 1
+    inc_ms, full_ms = 1000 * inc_s / max(turns, 1), 1000 * full_s / max(turns, 1)
+    return {
+        "bench": "adapter",
+        "context_tokens": len(prompt),
+        "first_prompt_tokens": first_tokens,  # system prompt + tool list + first user message
+        "tools": len(tool_list),
+        "turns": turns,
+        "repeat": repeat,
+        "incremental_ms_per_turn": round(inc_ms, 3),
+        "full_render_ms_per_turn": round(full_ms, 3),
+        "speedup": round(full_ms / inc_ms, 1) if inc_ms else None,
+        "tokens_identical": identical,
+        "baseline": {
+            "kind": "run",
+            "from": "Renderer.render of the whole history, same session, same process, "
+            f"fastest of {repeat} like ours",
+        },
+    }
+
+
+def check(result: dict[str, Any], context: int) -> dict[str, Any]:
+    """Add ``targets`` / ``targets_missed`` (the speedup target only from TARGET_CONTEXT on)."""
+    targets = {"tokens_identical": ("==", 1.0)}
+    if context >= TARGET_CONTEXT:
+        targets["speedup"] = (">=", TARGET_SPEEDUP)
+    result["targets"] = {k: f"{op} {v:g}" for k, (op, v) in targets.items()}
+    result["targets_missed"] = missed_targets(result, targets)
+    return result
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--context", type=int, default=65536, help="grow the history to N tokens")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="time each step N times, keep the best"
+    )
+    parser.add_argument("--tokenizer", default="qwen3", help="'qwen3' or a tokenizer directory")
+    parser.add_argument("--json", action="store_true", help="print one JSON line")
+    add_check_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from coding_agent_rl.errors import UserError
+
+    if args.context < 24000:
+        raise UserError("--context must be at least 24000 (the first prompt alone is ~23k)")
+    result = run_session(args.context, args.seed, args.tokenizer, max(1, args.repeat))
+    return report("adapter", check(result, args.context), args)

@@ -1,0 +1,187 @@
+"""``coding-agent-rl bench grading``: what the tamper defences cost, against plain ``pytest -rA``.
+
+Per bundled example task (cycled to ``--n``), one grading sandbox is prepared and the task's gold
+patch graded in it with every defence on (``grade(..., sandbox=...)``: apply, new-module rule,
+static screen, canaries, the plugin's result channel, exit-status and canary checks). Then, in
+that same sandbox and on that same tree (the hidden tests and the canaries in place), the test
+step is repeated ``--repeat`` times each way, alternating which goes first so that load on a
+shared machine hits both alike:
+
+* **defended**: the test command with the grader's plugin loaded (``PYTEST_PLUGINS``), the key and
+  channel descriptors, safe-path mode, then the channel read back, verified and judged
+  (``evidence.plugin_verdict``): what grading now does to get a result;
+* **plain**: ``python3 -m pytest -rA -p no:cacheprovider <test files>`` as the test user, its log
+  read back and parsed: what round 1 did.
+
+``ratio`` = median(defended) / median(plain), per task, then the median over tasks (target
+<= 1.3; the command exits 1 when it is missed, unless ``--no-check``). Both are measured, nothing
+is modelled. Reported beside it, not checked: ``grade_s_p50``, the whole defended grading after
+the sandbox was ready (it also applies the patch, which the plain run does not do), against
+``round1_grade_s_p50``, the same gold patch graded the round-1 way (``defences.ROUND_1``) in a
+second sandbox of the same image prepared alongside (``grading_ratio``), and the preparation
+times of both (``prepare_s_p50``, ``round1_prepare_s_p50``: the rollout prepares while the agent
+works, so that is off the critical path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+import uuid
+from typing import Any
+
+from coding_agent_rl.datasets import examples_dataset
+
+TARGET_RATIO = 1.3
+TASKS = examples_dataset()
+
+
+def _p50(xs: list[float]) -> float | None:
+    return round(statistics.median(xs), 4) if xs else None
+
+
+async def one_task(row: Any, *, backend: str, options: dict[str, Any], repeat: int) -> dict:
+    from coding_agent_rl.datasets.logparse import parse_pytest
+    from coding_agent_rl.grading.defences import ROUND_1
+    from coding_agent_rl.grading.evidence import plugin_verdict
+    from coding_agent_rl.grading.grade import grade
+    from coding_agent_rl.grading.prepared import GradingSandbox
+    from coding_agent_rl.grading.protocols import Graded, default_test_cmd
+    from coding_agent_rl.grading.result import GradeResult
+
+    async with (
+        GradingSandbox(row, backend=backend, sandbox_options=options) as ahead,
+        GradingSandbox(row, backend=backend, sandbox_options=options, defences=ROUND_1) as old,
+    ):
+        prepared, _ = await asyncio.gather(ahead.ready(), old.ready())
+        t0 = time.monotonic()
+        old_result = await grade(row, row.patch, sandbox=old)
+        old_grade_s = time.monotonic() - t0
+        t0 = time.monotonic()
+        result = await grade(row, row.patch, sandbox=ahead)
+        grade_s = time.monotonic() - t0
+        g = Graded(
+            prepared.sb,
+            row,
+            prepared.runner,
+            prepared.base,
+            [],
+            GradeResult(),
+            row.test_timeout or 600,
+            prepared,
+            ahead.defences,
+        )
+        cmd = default_test_cmd(row)
+
+        async def defended() -> float:
+            t = time.monotonic()
+            run = await g.run_plugin(cmd)
+            verdict = plugin_verdict(row, run, prepared.key, prepared.canaries, g.timeout)
+            assert verdict.statuses and not verdict.evidence and not verdict.ambiguous, verdict
+            return time.monotonic() - t
+
+        async def plain() -> float:
+            t = time.monotonic()
+            run = await prepared.runner.run(cmd, timeout=g.timeout)
+            assert parse_pytest(run.log), run.log[-500:]
+            return time.monotonic() - t
+
+        times: dict[str, list[float]] = {"defended": [], "plain": []}
+        for i in range(repeat):
+            order = (defended, plain) if i % 2 == 0 else (plain, defended)
+            for fn in order:
+                times[fn.__name__].append(await fn())
+    d, p = statistics.median(times["defended"]), statistics.median(times["plain"])
+    return {
+        "instance_id": row.instance_id,
+        "reward": min(result.reward, old_result.reward),
+        "result_method": result.result_method,
+        "canaries": result.canaries,
+        "defended_s": round(d, 4),
+        "plain_s": round(p, 4),
+        "ratio": round(d / p, 3),
+        "grade_s": round(grade_s, 3),
+        "round1_grade_s": round(old_grade_s, 3),
+        "prepare_s": round(ahead.prepare_s or 0.0, 3),
+        "round1_prepare_s": round(old.prepare_s or 0.0, 3),
+    }
+
+
+async def bench(*, n: int, repeat: int, backend: str, options: dict[str, Any]) -> dict[str, Any]:
+    from coding_agent_rl.datasets.schema import load_dataset
+
+    tasks = load_dataset(TASKS)
+    rows = [tasks[i % len(tasks)] for i in range(n)]
+    per_task = [
+        await one_task(row, backend=backend, options=options, repeat=repeat) for row in rows
+    ]
+    ratio = _p50([t["ratio"] for t in per_task])
+    return {
+        "n": n,
+        "repeat": repeat,
+        "backend": backend,
+        "defended_s_p50": _p50([t["defended_s"] for t in per_task]),
+        "plain_s_p50": _p50([t["plain_s"] for t in per_task]),
+        "ratio": ratio,
+        "target_ratio": TARGET_RATIO,
+        "target_met": ratio is not None and ratio <= TARGET_RATIO,
+        "grade_s_p50": _p50([t["grade_s"] for t in per_task]),
+        "round1_grade_s_p50": _p50([t["round1_grade_s"] for t in per_task]),
+        "grading_ratio": _p50([t["grade_s"] / t["round1_grade_s"] for t in per_task]),
+        "prepare_s_p50": _p50([t["prepare_s"] for t in per_task]),
+        "round1_prepare_s_p50": _p50([t["round1_prepare_s"] for t in per_task]),
+        "all_solved": all(t["reward"] == 1.0 for t in per_task),
+        "tasks": per_task,
+    }
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--n", type=int, default=6, help="tasks (the example tasks, cycled)")
+    parser.add_argument("--repeat", type=int, default=5, help="test runs per way, per task")
+    parser.add_argument("--sandbox", default="docker", help="sandbox backend")
+    parser.add_argument(
+        "--sandbox-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="backend option, e.g. run_id=NAME (repeatable)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON line")
+    parser.add_argument(
+        "--no-check", action="store_true", help="exit 0 even when the target ratio is missed"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from coding_agent_rl.commands.run import parse_options
+    from coding_agent_rl.errors import UserError
+
+    if args.n < 1 or args.repeat < 1:
+        raise UserError("--n and --repeat must be at least 1")
+    options = parse_options(args.sandbox_option)
+    if args.sandbox == "docker":
+        from coding_agent_rl.images.dataset import build_dataset_images
+
+        build_dataset_images(TASKS)
+        options.setdefault("run_id", f"bench-grading-{uuid.uuid4().hex[:8]}")
+    result = asyncio.run(bench(n=args.n, repeat=args.repeat, backend=args.sandbox, options=options))
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            if key != "tasks":
+                print(f"{key:16} {value}")
+    if not result["all_solved"]:
+        print("bench grading: a gold patch did not score 1.0", file=sys.stderr)
+        return 1
+    if not result["target_met"] and not args.no_check:
+        print(
+            f"bench grading: ratio {result['ratio']} is over the {TARGET_RATIO} target",
+            file=sys.stderr,
+        )
+        return 1
+    return 0

@@ -1,0 +1,296 @@
+"""Every knob read from the environment, in one typed, frozen object.
+
+Each field has one primary variable under the ``CODING_AGENT_RL_`` prefix; where slime's
+coding-agent example (or Docker / E2B) already named the knob, that name is an accepted alias
+(``SWE_AGENT_TIME_BUDGET_SEC``, ``ADAPTER_PUBLIC_HOST``, ``SLIME_AGENT_CC_EXTRA_ARGS``, ...).
+The table in ``docs/settings.md`` is generated from this class (:func:`markdown_table`; a test
+keeps it current).
+
+The environment is read once, at the entry points (``cli.main``, ``generate``,
+``env.generate``), which :func:`install` the result for their process; everything below them
+takes a :class:`Settings` argument or asks :func:`current`. Nothing else reads ``os.environ``
+(``tests/test_settings.py`` scans the package). A :class:`Settings` is plain data: a Ray
+worker receives ``settings.model_dump(mode="json")`` and rebuilds it with
+``Settings.model_validate``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import re
+from collections.abc import Iterator
+from typing import Annotated, Any, Literal
+
+from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
+
+from coding_agent_rl.errors import UserError
+
+PREFIX = "CODING_AGENT_RL_"
+DEFAULT_CACHE = "~/.cache/coding-agent-rl"
+DEFAULT_DISK_DIR = "/var/lib/coding-agent-rl/disks"
+# A harness's own variables (extra args / env, a local tarball): named by the harness class
+# (``BaseHarness.extra_args_env`` ...) with one of these suffixes, so a new harness needs no
+# field here.
+AGENT_VAR = re.compile(r"^[A-Z][A-Z0-9_]*_(EXTRA_ARGS|EXTRA_ENVS|TARBALL)$")
+
+
+def _env(name: str, *aliases: str) -> Any:
+    """``validation_alias`` for a field read from ``CODING_AGENT_RL_<NAME>`` or ``aliases``."""
+    return AliasChoices(PREFIX + name, *aliases)
+
+
+class _AgentVars(PydanticBaseSettingsSource):
+    """Collects the harnesses' variables (:data:`AGENT_VAR`) into ``agent_vars``."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        found = {k: v for k, v in os.environ.items() if AGENT_VAR.match(k)}
+        return {"agent_vars": found} if found else {}
+
+
+class Settings(BaseSettings):
+    """The process's settings. Construct with keyword arguments (tests, Ray workers) or
+    :func:`load` from the environment."""
+
+    model_config = SettingsConfigDict(
+        frozen=True, extra="forbid", populate_by_name=True, use_attribute_docstrings=True
+    )
+
+    # ---- where things live -----------------------------------------------------------------
+    cache_root: pathlib.Path = Field(pathlib.Path(DEFAULT_CACHE), validation_alias=_env("CACHE"))
+    """Host cache: agent CLI tarballs, the tokenizer, local root filesystems, repositories."""
+    disk_dir: pathlib.Path = Field(
+        pathlib.Path(DEFAULT_DISK_DIR), validation_alias=_env("DISK_DIR")
+    )
+    """Where capped sandbox disks (loop-mounted files) are kept on the host."""
+    dataset_dir: pathlib.Path | None = Field(None, validation_alias=_env("DATASET_DIR"))
+    """Base for a row's relative paths when it comes from slime (no dataset file); default cwd."""
+    out_dir: pathlib.Path | None = Field(None, validation_alias=_env("OUT_DIR"))
+    """``generate``: also write results.jsonl, metrics.prom and per-rollout artifacts here."""
+
+    # ---- the rollout (slime's generate) ----------------------------------------------------
+    agent: str = Field("claude_code", validation_alias=_env("AGENT", "SWE_AGENT"))
+    """Harness name (``coding-agent-rl run --help`` lists them) or ``native``."""
+    sandbox: str = Field("docker", validation_alias=_env("SANDBOX"))
+    """Sandbox backend name (docker | local | e2b | an entry point)."""
+    sandbox_options: Annotated[dict[str, Any], NoDecode] = Field(
+        {}, validation_alias=_env("SANDBOX_OPTIONS")
+    )
+    """Backend options as a JSON object, e.g. ``{"memory": "8g", "pids": 2048}``."""
+    agent_network: str | None = Field(None, validation_alias=_env("AGENT_NETWORK"))
+    """What the agent sandbox reaches: adapter-only (default) | open | none."""
+    agent_budget_s: float = Field(
+        1800.0, validation_alias=_env("AGENT_BUDGET_S", "SWE_AGENT_TIME_BUDGET_SEC")
+    )
+    """Wall-clock budget of the agent CLI, seconds."""
+    eval_timeout_s: float = Field(
+        600.0, validation_alias=_env("EVAL_TIMEOUT_S", "SWE_EVAL_TIMEOUT_SEC")
+    )
+    """Time limit of the hidden tests, seconds."""
+    rollout_deadline_s: float | None = Field(
+        None, validation_alias=_env("ROLLOUT_DEADLINE_S", "SWE_ROLLOUT_DEADLINE_SEC")
+    )
+    """Whole-rollout guard, seconds; unset or 0: agent budget + 2 x eval timeout + 600."""
+    reward_mode: Literal["full", "split"] = Field("full", validation_alias=_env("REWARD_MODE"))
+    """full (every segment gets the reward) | split (reward / K)."""
+    tamper_policy: Literal["zero", "flag"] = Field("zero", validation_alias=_env("TAMPER_POLICY"))
+    """What a static tamper-screen finding does: zero (scores 0) | flag (recorded only)."""
+    model_name: str = Field("policy", validation_alias=_env("MODEL_NAME"))
+    """The model name the agent CLI is told to use (passed verbatim)."""
+    prompt_template: str | None = Field(None, validation_alias=_env("PROMPT", "SWE_CC_PROMPT"))
+    """The agent's prompt template (``{problem_statement}``, ``{workdir}``)."""
+
+    # ---- the adapter -----------------------------------------------------------------------
+    adapter_port: int | None = Field(None, validation_alias=_env("ADAPTER_PORT", "ADAPTER_PORT"))
+    """The adapter's port; unset or 0: an ephemeral port."""
+    adapter_bind_host: str | None = Field(
+        None, validation_alias=_env("ADAPTER_BIND_HOST", "ADAPTER_BIND_HOST")
+    )
+    """Where the adapter listens; default per backend (``Sandbox.adapter_bind_host``)."""
+    adapter_public_host: str | None = Field(
+        None, validation_alias=_env("ADAPTER_PUBLIC_HOST", "ADAPTER_PUBLIC_HOST")
+    )
+    """The adapter's host as sandboxes see it; needed for remote backends (E2B)."""
+
+    # ---- sandbox backends ------------------------------------------------------------------
+    boot_concurrency: int = Field(
+        16, ge=1, validation_alias=_env("BOOT_CONCURRENCY", "SWE_BOOT_CONCURRENCY")
+    )
+    """Sandboxes created at once per backend (engine / provider rate)."""
+    docker_host: str | None = Field(None, validation_alias=AliasChoices("DOCKER_HOST"))
+    """Docker's own variable: an engine elsewhere (tcp://, ssh://) cannot bind host files."""
+    e2b_template: str | None = Field(
+        None, validation_alias=_env("E2B_TEMPLATE", "SLIME_AGENT_E2B_TEMPLATE")
+    )
+    """E2B template for every sandbox (else the image name, or the metadata key's value)."""
+    e2b_metadata_key: str | None = Field(
+        None,
+        validation_alias=_env("E2B_METADATA_KEY", "SLIME_AGENT_SANDBOX_IMAGE_METADATA_KEY"),
+    )
+    """Row metadata key naming the E2B template per task (slime's convention)."""
+
+    # ---- agent CLIs ------------------------------------------------------------------------
+    agent_vars: dict[str, str] = Field({}, validation_alias=AliasChoices("agent_vars"))
+    """Per-harness variables, named by each harness with the suffix ``_EXTRA_ARGS``,
+    ``_EXTRA_ENVS`` or ``_TARBALL`` (``SLIME_AGENT_CC_EXTRA_ARGS``,
+    ``SLIME_AGENT_CC_EXTRA_ENVS``, ``SLIME_AGENT_CC_TARBALL``, ``SLIME_AGENT_CODEX_*``,
+    ``SLIME_AGENT_OPENCODE_*``): extra CLI args (JSON list or shell words), extra env (JSON
+    object), a local tarball instead of the pinned download."""
+
+    @field_validator("sandbox_options", mode="before")
+    @classmethod
+    def _json_object(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            parsed = json.loads(value) if value.strip() else {}
+        except json.JSONDecodeError as e:
+            raise ValueError(f"not valid JSON ({e}): {value[:200]!r}") from None
+        if not isinstance(parsed, dict):
+            raise ValueError(f"must be a JSON object, got {value[:200]!r}")
+        return parsed
+
+    @field_validator("cache_root", "disk_dir", "dataset_dir", "out_dir", mode="after")
+    @classmethod
+    def _expand(cls, value: pathlib.Path | None) -> pathlib.Path | None:
+        return value.expanduser() if value is not None else None
+
+    @field_validator("rollout_deadline_s", "adapter_port", mode="after")
+    @classmethod
+    def _zero_is_unset(cls, value: float | None) -> float | None:
+        return value or None
+
+    @field_validator(
+        "agent_network",
+        "adapter_bind_host",
+        "adapter_public_host",
+        "prompt_template",
+        "e2b_template",
+        "e2b_metadata_key",
+        "docker_host",
+        mode="after",
+    )
+    @classmethod
+    def _empty_is_unset(cls, value: str | None) -> str | None:
+        return value.strip() or None if value is not None else None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Keyword arguments, then the environment; no dotenv or secret files."""
+        return init_settings, EnvSettingsSource(settings_cls), _AgentVars(settings_cls)
+
+    def agent_var(self, name: str | None) -> str | None:
+        """A harness's variable (``SLIME_AGENT_CC_EXTRA_ARGS`` ...), or None."""
+        return self.agent_vars.get(name) if name else None
+
+    @property
+    def agents_dir(self) -> pathlib.Path:
+        return self.cache_root / "agents"
+
+
+def _one_line(e: ValidationError | SettingsError) -> str:
+    if isinstance(e, ValidationError):
+        first = e.errors()[0]
+        where = str(first["loc"][0]) if first["loc"] else "?"
+        for name, info in Settings.model_fields.items():
+            names = _env_names(name, info)
+            if where in (name, *names):
+                where = " / ".join(names) if where != name else name
+                break
+        msg = str(first["msg"]).removeprefix("Value error, ")
+        got = first.get("input")
+        shown = f" (got {got!r:.200})" if isinstance(got, str) and "got" not in msg else ""
+        return f"{where}: {msg}{shown}"
+    return f"settings: {e}"
+
+
+def load(**overrides: Any) -> Settings:
+    """Read the environment (``overrides`` win); a bad value is a :class:`UserError` naming
+    the variable."""
+    try:
+        return Settings(**overrides)
+    except (ValidationError, SettingsError) as e:
+        raise UserError(_one_line(e)) from None
+
+
+_installed: Settings | None = None
+
+
+def install(settings: Settings | None) -> Settings | None:
+    """Make ``settings`` this process's (an entry point's first act); returns the previous."""
+    global _installed
+    previous, _installed = _installed, settings
+    return previous
+
+
+@contextlib.contextmanager
+def using(settings: Settings) -> Iterator[Settings]:
+    """:func:`install` ``settings`` for a block (tests, a CLI command)."""
+    previous = install(settings)
+    try:
+        yield settings
+    finally:
+        install(previous)
+
+
+def current() -> Settings:
+    """The installed settings; without an entry point (a library caller, a test), the
+    environment as it is now."""
+    return _installed if _installed is not None else load()
+
+
+def _env_names(name: str, info: FieldInfo) -> list[str]:
+    alias = info.validation_alias
+    if isinstance(alias, AliasChoices):
+        names = [str(c) for c in alias.choices if isinstance(c, str) and c != name]
+        return list(dict.fromkeys(names))
+    return [str(alias)] if alias else [name]
+
+
+def markdown_table() -> str:
+    """The settings as a Markdown table (``docs/settings.md``)."""
+    lines = [
+        "# Settings",
+        "",
+        "Generated from `coding_agent_rl/settings.py` (`python -m coding_agent_rl.settings`);",
+        "a test fails when it is stale. The first name is ours; the others are accepted aliases",
+        "(slime's coding-agent example, Docker, E2B).",
+        "",
+        "| setting | environment | default | what |",
+        "|---|---|---|---|",
+    ]
+    for name, info in Settings.model_fields.items():
+        envs = (
+            "see *what*"
+            if name == "agent_vars"
+            else ", ".join(f"`{n}`" for n in _env_names(name, info))
+        )
+        default = "" if info.default in (None, {}) else f"`{info.default}`"
+        doc = " ".join((info.description or "").split()).replace("|", "\\|").replace("``", "`")
+        lines.append(f"| `{name}` | {envs} | {default} | {doc} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    pathlib.Path("docs/settings.md").write_text(markdown_table())
