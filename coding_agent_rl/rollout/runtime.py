@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import socket
 from typing import Any
 
 from coding_agent_rl import settings
 from coding_agent_rl.multimodal.parts import ImageSettings
 from coding_agent_rl.rollout.config import RolloutConfig
+from coding_agent_rl.rollout.orphans import OrphanReaper
 from coding_agent_rl.rollout.runner import RolloutRunner
 from coding_agent_rl.settings import Settings
 
@@ -33,6 +35,9 @@ class RuntimeConfig:
     # The process's settings, installed while the runtime runs (slime's generate reads them
     # once); None: whatever the entry point installed.
     settings: Settings | None = None
+    # The node this runtime's rollouts run on (each record's ``node``); a multi-node executor
+    # sets it per worker.
+    node: str = dataclasses.field(default_factory=socket.gethostname)
 
     def __post_init__(self) -> None:
         if bool(self.sglang_url) == bool(self.policy):
@@ -54,6 +59,7 @@ class Runtime:
         self.vision: Any = None  # the VLM's VisionProcessor (None: a text-only policy)
         self._installed = False
         self._previous_settings: Settings | None = None
+        self.reaper: OrphanReaper | None = None
 
     async def start(self) -> Runtime:
         from coding_agent_rl.adapter.render import Renderer
@@ -66,6 +72,9 @@ class Runtime:
         if cfg.settings is not None and not self._installed:
             self._previous_settings = settings.install(cfg.settings)
             self._installed = True
+        # Sandboxes of dead runs on this engine go first, then every reap_interval_s.
+        self.reaper = OrphanReaper(cfg.rollout.backend)
+        await self.reaper.start()
         network = AgentNetwork(agent_network_mode(cfg.rollout.agent_network), cfg.rollout.backend)
         if network.mode == "none":
             log.warning(
@@ -132,6 +141,7 @@ class Runtime:
             decode=lambda ids: self.tokenizer.decode(ids),
             on_session_open=on_open,
             network=network,
+            node=cfg.node,
         )
         return self
 
@@ -162,9 +172,13 @@ class Runtime:
             tool_parser=cfg.tool_parser,
             reasoning_parser=cfg.reasoning_parser,
             on_session_open=on_open,
+            node=cfg.node,
         )
 
     async def stop(self) -> None:
+        if self.reaper is not None:
+            await self.reaper.stop()
+            self.reaper = None
         if self.engine is not None:
             await self.engine.close()
         if self.adapter is not None:
