@@ -117,7 +117,9 @@ class RunWriter:
             for line in src:
                 try:
                     d = json.loads(line)
-                    key = rollout_key(str((d.get("metadata") or {}).get("instance_id")), d.get("index"))
+                    key = rollout_key(
+                        str((d.get("metadata") or {}).get("instance_id")), d.get("index")
+                    )
                 except (json.JSONDecodeError, AttributeError):
                     key = None
                 if key in finished:
