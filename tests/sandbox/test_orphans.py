@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from support import BASE_IMAGE
 
+from coding_agent_rl.cli import main as cli_main
 from coding_agent_rl.rollout.orphans import OrphanReaper
 from coding_agent_rl.sandbox import create_sandbox, owner
 from coding_agent_rl.sandbox import docker_engine as engine
@@ -107,7 +108,7 @@ def test_a_zombie_owner_is_gone() -> None:
 # ---- docker ----------------------------------------------------------------------------------
 @pytest.mark.docker
 async def test_a_killed_owners_container_volumes_and_disk_are_reaped_a_live_owners_stay(
-    owners: list[Owner],
+    owners: list[Owner], capsys: pytest.CaptureFixture[str]
 ) -> None:
     run_id = f"test-orphans-{uuid.uuid4().hex[:8]}"
     try:
@@ -122,6 +123,12 @@ async def test_a_killed_owners_container_volumes_and_disk_are_reaped_a_live_owne
         assert labels[owner.LABEL_START] == str(owner.start_time(dead.proc.pid))
         dead.kill()
         assert _container_exists(dead.facts["container"])  # nothing removed it so far
+        cli = ["sandboxes", "list", "--run-id", run_id, "--json"]
+        assert await asyncio.to_thread(cli_main, cli) == 0
+        rows = {r["id"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
+        assert rows[dead.facts["container"][:12]]["owner_state"] == "gone"
+        assert rows[alive.facts["container"][:12]]["owner_state"] == "alive"
+        assert rows[alive.facts["container"][:12]]["owner"].endswith(f":{alive.proc.pid}")
 
         report = await DockerSandbox.reap_orphans()  # what every runtime start calls
 
@@ -134,7 +141,8 @@ async def test_a_killed_owners_container_volumes_and_disk_are_reaped_a_live_owne
         assert all(_volume_exists(v) for v in alive.facts["volumes"])
         assert os.path.ismount(pathlib.Path(alive.facts["disk"]) / "mnt")
         alive.kill()
-        await DockerSandbox.reap_orphans()
+        assert await asyncio.to_thread(cli_main, ["sandboxes", "gc", "--orphans"]) == 0
+        assert "removed 1 sandbox container(s)" in capsys.readouterr().out
         assert not _container_exists(alive.facts["container"])
         assert not pathlib.Path(alive.facts["disk"]).exists()
         assert engine.list_containers(run_id) == []
