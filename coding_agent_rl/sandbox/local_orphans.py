@@ -5,7 +5,7 @@ every exec run under bwrap's ``--die-with-parent`` (``PR_SET_PDEATHSIG``), and w
 namespace's init dies the kernel kills every member. What stays behind is on the file system: the
 private copies (a temp folder, or a folder on a capped disk: a loop mount) and the control group.
 Each sandbox therefore records its owner and those paths in
-``$TMPDIR/coding-agent-rl-local-owners/<sandbox id>/owner.json``; :func:`reap_orphans` (every
+``$TMPDIR/coding-agent-rl-sandbox-owners/<sandbox id>/owner.json``; :func:`reap_orphans` (every
 runtime start on the local backend) removes them for owners that are gone
 (:mod:`coding_agent_rl.sandbox.owner`), then the capped disks of such owners.
 """
@@ -23,7 +23,7 @@ from coding_agent_rl.sandbox import disk, owner
 
 
 def owners_dir() -> pathlib.Path:
-    return pathlib.Path(tempfile.gettempdir()) / "coding-agent-rl-local-owners"
+    return pathlib.Path(tempfile.gettempdir()) / "coding-agent-rl-sandbox-owners"
 
 
 def record(sandbox_id: str, store: pathlib.Path, cgroups: list[pathlib.Path]) -> None:

@@ -14,9 +14,8 @@ import json
 import sys
 import time
 
-from support import BASE_IMAGE
-
 from coding_agent_rl.sandbox import create_sandbox
+from support import BASE_IMAGE
 
 TAG = "orphan-owner-sleep"
 
