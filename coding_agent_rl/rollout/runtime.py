@@ -62,6 +62,15 @@ class Runtime:
         self.reaper: OrphanReaper | None = None
 
     async def start(self) -> Runtime:
+        try:
+            return await self._start()
+        except BaseException:
+            if self.reaper is not None:  # its periodic task does not outlive a failed start
+                await self.reaper.stop()
+                self.reaper = None
+            raise
+
+    async def _start(self) -> Runtime:
         from coding_agent_rl.adapter.render import Renderer
         from coding_agent_rl.adapter.server import AdapterConfig, AdapterServer
         from coding_agent_rl.harness import get_harness

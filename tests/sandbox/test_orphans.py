@@ -113,8 +113,10 @@ async def test_a_killed_owners_container_volumes_and_disk_are_reaped_a_live_owne
     run_id = f"test-orphans-{uuid.uuid4().hex[:8]}"
     try:
         dead, alive = Owner("docker", run_id), Owner("docker", run_id)
-        owners += [dead, alive]
-        for o in (dead, alive):
+        # A dead owner whose container someone removed without -v: its volumes and disk stay.
+        half = Owner("docker", run_id)
+        owners += [dead, alive, half]
+        for o in (dead, alive, half):
             assert _container_exists(o.facts["container"])
             assert o.facts["volumes"] and all(_volume_exists(v) for v in o.facts["volumes"])
             assert o.facts["disk"] and os.path.ismount(pathlib.Path(o.facts["disk"]) / "mnt")
@@ -122,6 +124,9 @@ async def test_a_killed_owners_container_volumes_and_disk_are_reaped_a_live_owne
         assert labels[owner.LABEL_PID] == str(dead.proc.pid)
         assert labels[owner.LABEL_START] == str(owner.start_time(dead.proc.pid))
         dead.kill()
+        half.kill()
+        engine.client().api.remove_container(half.facts["container"], force=True)  # no -v
+        assert all(_volume_exists(v) for v in half.facts["volumes"])
         assert _container_exists(dead.facts["container"])  # nothing removed it so far
         cli = ["sandboxes", "list", "--run-id", run_id, "--json"]
         assert await asyncio.to_thread(cli_main, cli) == 0
@@ -132,10 +137,13 @@ async def test_a_killed_owners_container_volumes_and_disk_are_reaped_a_live_owne
 
         report = await DockerSandbox.reap_orphans()  # what every runtime start calls
 
-        assert report["containers"] >= 1 and report["disks"] >= 1
+        assert report["containers"] >= 1 and report["volumes"] >= 1 and report["disks"] >= 2
         assert not _container_exists(dead.facts["container"])
         assert not any(_volume_exists(v) for v in dead.facts["volumes"])
         assert not pathlib.Path(dead.facts["disk"]).exists()
+        # Volumes found by their owner labels, the disk by its owner file.
+        assert not any(_volume_exists(v) for v in half.facts["volumes"])
+        assert not pathlib.Path(half.facts["disk"]).exists()
         # The live owner's sandbox is untouched.
         assert _container_exists(alive.facts["container"])
         assert all(_volume_exists(v) for v in alive.facts["volumes"])
