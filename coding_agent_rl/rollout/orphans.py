@@ -19,8 +19,9 @@ from coding_agent_rl.sandbox import BACKENDS, Sandbox
 log = logging.getLogger(__name__)
 
 
-async def reap_once(backend: type[Sandbox]) -> dict[str, int]:
-    """One pass over ``backend``'s orphans; what it removed (also logged)."""
+async def reap_once(backend: type[Sandbox], *, log_none: bool = False) -> dict[str, int]:
+    """One pass over ``backend``'s orphans; what it removed (logged; a pass that removed
+    nothing only with ``log_none``, as at a start)."""
     try:
         report = await backend.reap_orphans()
     except Exception as e:  # the engine being unreachable is the rollouts' failure to report
@@ -30,7 +31,11 @@ async def reap_once(backend: type[Sandbox]) -> dict[str, int]:
     if removed:
         log.info("reaped orphaned %s sandboxes (owner process gone): %s", backend.backend, removed)
     else:
-        log.debug("no orphaned %s sandboxes", backend.backend)
+        log.log(
+            logging.INFO if log_none else logging.DEBUG,
+            "reaped 0 orphaned %s sandboxes",
+            backend.backend,
+        )
     return report
 
 
@@ -44,7 +49,7 @@ class OrphanReaper:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> dict[str, int]:
-        self.first = await reap_once(self.backend)
+        self.first = await reap_once(self.backend, log_none=True)
         if self.interval_s > 0:
             self._task = asyncio.create_task(self._every())
         return self.first

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import socket
 from typing import Any
 
 from coding_agent_rl import settings
@@ -36,8 +35,9 @@ class RuntimeConfig:
     # once); None: whatever the entry point installed.
     settings: Settings | None = None
     # The node this runtime's rollouts run on (each record's ``node``); a multi-node executor
-    # sets it per worker.
-    node: str = dataclasses.field(default_factory=socket.gethostname)
+    # sets it per worker. None: the host name of the machine the runtime starts on (resolved
+    # there, so a config built on a driver and shipped to a worker names the worker's host).
+    node: str | None = None
 
     def __post_init__(self) -> None:
         if bool(self.sglang_url) == bool(self.policy):

@@ -20,16 +20,17 @@ def test_the_baseline_summarises_as_ours_does() -> None:
 
 
 def test_both_ways_write_the_same_results(tmp_path: pathlib.Path) -> None:
-    bookkeeping._per_rollout_ms("ours", 30, 5, tmp_path / "ours")
-    bookkeeping._per_rollout_ms("baseline", 30, 5, tmp_path / "old")
-    ours = (tmp_path / "ours" / "results.jsonl").read_text().splitlines()
-    old = (tmp_path / "old" / "results.jsonl").read_text().splitlines()
+    for way in ("ours", "baseline"):
+        ms = bookkeeping.per_rollout_ms(way, (3, 30), 5, tmp_path)
+        assert set(ms) == {3, 30} and all(v > 0 for v in ms.values())
+    ours = (tmp_path / "ours-30" / "results.jsonl").read_text().splitlines()
+    old = (tmp_path / "baseline-30" / "results.jsonl").read_text().splitlines()
     assert len(ours) == len(old) == 35
     for a, b in zip(ours, old, strict=True):
         assert {k: v for k, v in json.loads(a).items() if k != "attempt"} == json.loads(b)
     # Ours writes no sample for an infrastructure failure (it trains nothing).
     infra = sum(json.loads(x)["failure_kind"] == "infra" for x in old)
-    samples = (tmp_path / "ours" / "samples.jsonl").read_text().splitlines()
+    samples = (tmp_path / "ours-30" / "samples.jsonl").read_text().splitlines()
     assert infra and len(samples) == 35 - infra
 
 

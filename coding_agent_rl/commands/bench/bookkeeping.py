@@ -13,7 +13,8 @@ at ``N = --records / 10`` and ``N = --records``:
 
 Both write the same synthetic records (shaped like real results.jsonl lines: timings, metrics,
 isolation; one small sample each) to files in a temporary folder, one after the other in this
-process. Reported: milliseconds per rollout (median of ``--measure`` rollouts, each timed) for each way at
+process (the two sizes of one way take turns, rollout by rollout, so load drift hits both
+alike). Reported: milliseconds per rollout (median of ``--measure`` rollouts, each timed) for each way at
 each size, ours' growth from the small to the large size (flat: about 1), the speed-up at the
 large size, and the one-pass final summary's cost. Baseline kind: ``run``.
 """
@@ -155,42 +156,67 @@ class OldProgress:
 
 
 # ---- measuring -----------------------------------------------------------------------------------
-def _per_rollout_ms(way: str, records: int, measure: int, folder: pathlib.Path) -> float:
-    """Median ms per finished rollout over ``measure`` rollouts, ``records`` already in the run."""
-    from coding_agent_rl.rollout.batch import Progress
-    from coding_agent_rl.rollout.outputs import RunWriter
+class _Run:
+    """One way's bookkeeping with ``records`` already in the run (filled untimed)."""
 
-    folder.mkdir(parents=True)
-    batch = [(synthetic_record(i), [_sample(i)]) for i in range(records + measure)]
-    took: list[float] = []
-    if way == "ours":
-        writer = RunWriter(folder)
-        progress = Progress(records + measure, stream=io.StringIO())
-        for record, samples in batch[:records]:  # the run so far (not measured)
-            writer.add(samples, dict(record))
-            progress.update(record)
-        gc.collect()
-        for record, samples in batch[records:]:
-            t0 = time.perf_counter()
-            writer.add(samples, dict(record))
-            progress.update(record)
-            took.append(time.perf_counter() - t0)
-        writer.close(writer.summary())
-    else:
-        old = OldWriter(folder)
-        old_progress = OldProgress()
-        for record, samples in batch[:records]:  # the run so far: no summaries (not measured)
-            old.add(samples, dict(record))
-            old_progress.results.append(record)
-        gc.collect()
-        for record, samples in batch[records:]:
-            t0 = time.perf_counter()
-            old.add(samples, dict(record))
-            old_progress.update(record)
-            took.append(time.perf_counter() - t0)
-        old.close()
-    # The median: robust to the odd pause of a shared machine (both ways alike).
-    return statistics.median(took) * 1000
+    def __init__(self, way: str, records: int, measure: int, folder: pathlib.Path):
+        from coding_agent_rl.rollout.batch import Progress
+        from coding_agent_rl.rollout.outputs import RunWriter
+
+        folder.mkdir(parents=True)
+        self.way = way
+        self.batch = [(synthetic_record(i), [_sample(i)]) for i in range(records + measure)]
+        self.next = records
+        self.took: list[float] = []
+        if way == "ours":
+            self.writer = RunWriter(folder)
+            self.progress = Progress(records + measure, stream=io.StringIO())
+            for record, samples in self.batch[:records]:
+                self.writer.add(samples, dict(record))
+                self.progress.update(record)
+        else:
+            self.old = OldWriter(folder)
+            self.old_progress = OldProgress()
+            for record, samples in self.batch[:records]:  # no summaries: not what is measured
+                self.old.add(samples, dict(record))
+                self.old_progress.results.append(record)
+
+    def step(self) -> None:
+        """One more finished rollout, timed."""
+        record, samples = self.batch[self.next]
+        self.next += 1
+        t0 = time.perf_counter()
+        if self.way == "ours":
+            self.writer.add(samples, dict(record))
+            self.progress.update(record)
+        else:
+            self.old.add(samples, dict(record))
+            self.old_progress.update(record)
+        self.took.append(time.perf_counter() - t0)
+
+    def close(self) -> None:
+        if self.way == "ours":
+            self.writer.close(self.writer.summary())
+        else:
+            self.old.close()
+
+    def median_ms(self) -> float:
+        return statistics.median(self.took) * 1000
+
+
+def per_rollout_ms(
+    way: str, sizes: tuple[int, ...], measure: int, folder: pathlib.Path
+) -> dict[int, float]:
+    """Median ms per finished rollout at each size in ``sizes`` (records already in the run).
+    The sizes take turns, one rollout each, so a shared machine's load drift hits them alike."""
+    runs = {n: _Run(way, n, measure, folder / f"{way}-{n}") for n in sizes}
+    gc.collect()
+    for _ in range(measure):
+        for run in runs.values():
+            run.step()
+    for run in runs.values():
+        run.close()
+    return {n: run.median_ms() for n, run in runs.items()}
 
 
 def _final_summary_ms(records: int) -> float:
@@ -207,11 +233,11 @@ def measure(records: int, measure_n: int) -> dict[str, Any]:
     logging.getLogger("coding_agent_rl.rollout.batch").setLevel(logging.WARNING)  # no log lines
     ms: dict[tuple[str, int], float] = {}
     with tempfile.TemporaryDirectory(prefix="bench-bookkeeping-") as tmp:
-        for n in (small, records):
-            for way in ("ours", "baseline"):
-                ms[(way, n)] = round(
-                    _per_rollout_ms(way, n, measure_n, pathlib.Path(tmp) / f"{way}-{n}"), 3
-                )
+        for way in ("ours", "baseline"):
+            for n, value in per_rollout_ms(
+                way, (small, records), measure_n, pathlib.Path(tmp)
+            ).items():
+                ms[(way, n)] = round(value, 3)
     result: dict[str, Any] = {
         "bench": "bookkeeping",
         "records": records,
