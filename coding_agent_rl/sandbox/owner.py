@@ -1,11 +1,13 @@
 """Who owns a sandbox, and whether that owner is gone (so the sandbox is an orphan).
 
-Every sandbox records its owner: the host name, the host's boot id, the pid of the process that
-created it and that process's start time (field 22 of ``/proc/PID/stat``, clock ticks since
-boot). The owner is *gone* when it ran on this host and either the host rebooted since (another
-boot id), no process has its pid, or the process with its pid started at another time (the pid
-was recycled). An owner on another host is never judged: its liveness cannot be checked from
-here, so its sandboxes stay until a run on their own host (or ``sandboxes gc``) removes them.
+Every sandbox records its owner: the host name, the host's boot id, the pid namespace, the pid of
+the process that created it and that process's start time (field 22 of ``/proc/PID/stat``, clock
+ticks since boot). The owner is *gone* when it ran on this host and either the host rebooted
+since (another boot id), no process has its pid, or the process with its pid started at another
+time (the pid was recycled). An owner on another host is never judged: its liveness cannot be
+checked from here, so its sandboxes stay until a run on their own host (or ``sandboxes gc``)
+removes them. Nor is an owner in another pid namespace of this host (e.g. a trainer in a
+container run with ``--network host``, which shares the host name): its pids mean nothing here.
 Sandboxes without owner labels (made before owners were recorded) are never reaped either.
 
 Docker sandboxes carry the owner as labels (:meth:`Owner.labels`); file-system leftovers (capped
@@ -25,6 +27,7 @@ from typing import Literal
 PREFIX = "coding-agent-rl.owner."
 LABEL_HOST = PREFIX + "host"
 LABEL_BOOT = PREFIX + "boot"
+LABEL_PIDNS = PREFIX + "pidns"
 LABEL_PID = PREFIX + "pid"
 LABEL_START = PREFIX + "start"
 
@@ -55,17 +58,26 @@ def boot_id() -> str:
     return ""
 
 
+def pid_namespace() -> str:
+    """This process's pid namespace (``pid:[INODE]``), "" when unknown."""
+    with contextlib.suppress(OSError):
+        return os.readlink("/proc/self/ns/pid")
+    return ""
+
+
 @dataclasses.dataclass(frozen=True)
 class Owner:
     host: str
     boot: str
     pid: int
     start: int
+    pidns: str = ""
 
     def labels(self) -> dict[str, str]:
         return {
             LABEL_HOST: self.host,
             LABEL_BOOT: self.boot,
+            LABEL_PIDNS: self.pidns,
             LABEL_PID: str(self.pid),
             LABEL_START: str(self.start),
         }
@@ -80,16 +92,20 @@ class Owner:
                 labels.get(LABEL_BOOT, ""),
                 int(labels[LABEL_PID]),
                 int(labels[LABEL_START]),
+                labels.get(LABEL_PIDNS, ""),
             )
         except (KeyError, ValueError):
             return None
 
     def state(self) -> State:
-        """``alive``, ``gone`` (an orphan's owner), or ``elsewhere`` (another host: unknown)."""
+        """``alive``, ``gone`` (an orphan's owner), or ``elsewhere`` (another host or pid
+        namespace: unknown from here)."""
         if self.host != socket.gethostname():
             return "elsewhere"
         if self.boot and self.boot != boot_id():
             return "gone"  # the host rebooted: every process of the old boot is gone
+        if self.pidns and self.pidns != pid_namespace():
+            return "elsewhere"  # its pids are another namespace's
         return "alive" if start_time(self.pid) == self.start else "gone"
 
     def describe(self) -> str:
@@ -104,7 +120,8 @@ def current() -> Owner:
     global _current
     pid = os.getpid()
     if _current is None or _current[0] != pid:
-        _current = (pid, Owner(socket.gethostname(), boot_id(), pid, start_time(pid) or 0))
+        me = Owner(socket.gethostname(), boot_id(), pid, start_time(pid) or 0, pid_namespace())
+        _current = (pid, me)
     return _current[1]
 
 

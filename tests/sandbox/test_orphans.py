@@ -92,6 +92,12 @@ def test_the_owner_is_this_process_with_its_start_time_and_other_hosts_are_never
     elsewhere = {**me.labels(), owner.LABEL_HOST: "another-host", owner.LABEL_START: "1"}
     assert owner.Owner.from_labels(elsewhere).state() == "elsewhere"  # type: ignore[union-attr]
     assert not owner.is_orphan(elsewhere)
+    # Another pid namespace on this host (same host name: a container with --network host):
+    # its pids mean nothing here, even a dead-looking one.
+    other_ns = {**me.labels(), owner.LABEL_PIDNS: "pid:[1]", owner.LABEL_PID: str(child.pid)}
+    assert owner.Owner.from_labels(other_ns).state() == "elsewhere"  # type: ignore[union-attr]
+    assert not owner.is_orphan(other_ns)
+    assert me.pidns.startswith("pid:[")
     # No owner recorded (a sandbox made before owners were): never an orphan.
     assert not owner.is_orphan({"coding-agent-rl.sandbox": "1"})
 
