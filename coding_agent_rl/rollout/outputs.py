@@ -77,6 +77,8 @@ class RunWriter:
         elif not append:
             for p in (self.samples_path, self.results_path):
                 p.unlink(missing_ok=True)
+        for path in (self.samples_path, self.results_path):
+            _end_line(path)
         self._samples = self.samples_path.open("a") if samples else None
         self._results = self.results_path.open("a")
 
@@ -153,6 +155,19 @@ class RunWriter:
             self._samples.close()
         self._results.close()
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def _end_line(path: pathlib.Path) -> None:
+    """A line cut by a kill mid-write gets its end, so the next line appended stays whole."""
+    try:
+        with path.open("rb+") as f:
+            if f.seek(0, os.SEEK_END) == 0:
+                return
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
+    except FileNotFoundError:
+        pass
 
 
 class MetricTotals:

@@ -86,12 +86,23 @@ def test_resume_drops_samples_whose_record_was_never_written(tmp_path: pathlib.P
         f.write(json.dumps(sample("cut").to_dict()) + "\n")
         f.write('{"index": 0, "metadata": {"instance_id": "cut"}, "tok')  # half a line
 
+    with (tmp_path / "results.jsonl").open("a") as f:  # or killed mid-record
+        f.write('{"instance_id": "cut", "sample_ind')
+
     w = RunWriter(tmp_path, resume=True, resume_attempts=2)
     assert w.done_keys() == {rollout_key("done", 0)}
     w.add([sample("cut")], record("cut", None, 1.0))
     w.close(w.summary())
     ids = [s["metadata"]["instance_id"] for s in lines(tmp_path / "samples.jsonl")]
     assert ids == ["done", "done", "cut"]
+    # The cut record line stays (it is history) but the re-run's line after it is whole.
+    results = (tmp_path / "results.jsonl").read_text().splitlines()
+    assert results[1] == '{"instance_id": "cut", "sample_ind'
+    assert json.loads(results[2])["instance_id"] == "cut"
+    assert RunWriter(tmp_path, resume=True).done_keys() == {
+        rollout_key("done", 0),
+        rollout_key("cut", 0),
+    }
 
 
 def test_appending_under_a_trainer_numbers_no_attempts_and_holds_nothing(
