@@ -264,6 +264,7 @@ def summarize(records: Iterable[dict[str, Any]], **info: Any) -> dict[str, Any]:
         "infra_by_stage": dict(Counter(r.get("infra_stage") or "unknown" for r in infra)),
         "first_infra_reason": infra[0].get("abort_reason") if infra else None,
         "tampering": sum(1 for r in results if r.get("tampering")),
+        "rollouts_by_node": dict(Counter(r["node"] for r in results if r.get("node"))),
         "failures_by_kind": dict(kinds),
         "timings_p50": p50,
         "samples": sum(r.get("num_segments") or 0 for r in results),

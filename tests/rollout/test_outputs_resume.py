@@ -73,6 +73,7 @@ def test_an_infra_record_is_retried_a_model_failure_is_not_and_attempts_are_capp
         (None, 2),
     ]
     assert summary["total"] == 1 and summary["solved"] == 1 and summary["infra_failures"] == 0
+    assert summary["rollouts_by_node"] == {}  # these records name no node
     assert len(lines(other / "samples.jsonl")) == 1
 
 

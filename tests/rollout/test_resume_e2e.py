@@ -126,6 +126,7 @@ def test_sigkill_then_resume_completes_every_rollout_once_and_leaves_no_orphan(
     assert printed["total"] == summary["total"] == n_rows  # each rollout once, by its latest
     assert summary["solved"] == n_rows - 1 and summary["infra_failures"] == 1
     assert summary["samples"] == len(samples)
+    assert summary["rollouts_by_node"] == {socket.gethostname(): n_rows}
 
     # The cap: a third run re-runs nothing (the broken row has its 2 attempts).
     again = f"again-{uuid.uuid4().hex[:8]}"
