@@ -105,6 +105,9 @@ class Settings(BaseSettings):
         None, validation_alias=_env("ROLLOUT_DEADLINE_S", "SWE_ROLLOUT_DEADLINE_SEC")
     )
     """Whole-rollout guard, seconds; unset or 0: agent budget + 2 x eval timeout + 600."""
+    resume_attempts: int = Field(2, ge=1, validation_alias=_env("RESUME_ATTEMPTS"))
+    """``run --resume``: attempts per rollout in all (records in results.jsonl) before a rollout
+    whose latest record is an infrastructure failure is left as it is."""
     reward_mode: Literal["full", "split"] = Field("full", validation_alias=_env("REWARD_MODE"))
     """full (every segment gets the reward) | split (reward / K)."""
     tamper_policy: Literal["zero", "flag"] = Field("zero", validation_alias=_env("TAMPER_POLICY"))
@@ -131,6 +134,9 @@ class Settings(BaseSettings):
         16, ge=1, validation_alias=_env("BOOT_CONCURRENCY", "SWE_BOOT_CONCURRENCY")
     )
     """Sandboxes created at once per backend (engine / provider rate)."""
+    reap_interval_s: float = Field(300.0, ge=0, validation_alias=_env("REAP_INTERVAL_S"))
+    """How often a running runtime removes sandboxes whose owner process died (it also does at
+    every start), seconds; 0: only at start."""
     docker_host: str | None = Field(None, validation_alias=AliasChoices("DOCKER_HOST"))
     """Docker's own variable: an engine elsewhere (tcp://, ssh://) cannot bind host files."""
     e2b_template: str | None = Field(
@@ -142,6 +148,9 @@ class Settings(BaseSettings):
         validation_alias=_env("E2B_METADATA_KEY", "SLIME_AGENT_SANDBOX_IMAGE_METADATA_KEY"),
     )
     """Row metadata key naming the E2B template per task (slime's convention)."""
+    e2b_lifetime_s: int = Field(3900, ge=1, validation_alias=_env("E2B_LIFETIME_S"))
+    """E2B sandbox time-to-live (the SDK's ``timeout`` at create), seconds: a dead run's
+    sandboxes expire by it. Keep it above the rollout deadline (default 3600 s)."""
 
     # ---- agent CLIs ------------------------------------------------------------------------
     agent_vars: dict[str, str] = Field({}, validation_alias=AliasChoices("agent_vars"))

@@ -14,6 +14,7 @@ import pathlib
 import sys
 from typing import Any
 
+from coding_agent_rl import settings
 from coding_agent_rl.errors import UserError
 from coding_agent_rl.sandbox import BACKENDS
 
@@ -39,7 +40,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--n-samples", type=int, default=1, help="rollouts per task (one GRPO group)")
     p.add_argument("--limit", type=int, help="only the first N tasks")
-    p.add_argument("--resume", action="store_true", help="skip rollouts already in OUT")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip rollouts already in OUT; re-run those whose latest record is an "
+        "infrastructure failure (up to --resume-attempts records per rollout)",
+    )
+    p.add_argument(
+        "--resume-attempts",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --resume: attempts per rollout in all (default: $CODING_AGENT_RL_RESUME_ATTEMPTS, 2)",
+    )
     p.add_argument("--tool-parser", default="qwen25", help="qwen25 | hermes | qwen3_coder")
     p.add_argument("--reasoning-parser", default="qwen3", help="qwen3 | none")
     p.add_argument("--agent-budget", type=float, default=1800.0, help="seconds per agent run")
@@ -230,7 +243,12 @@ def run(args: argparse.Namespace) -> int:
     rows = load_rows(args.dataset, args.limit)
     config = build_config(args)
     check_isolation(config.rollout)
-    writer = RunWriter(args.out, resume=args.resume)
+    attempts = args.resume_attempts
+    if attempts is None:
+        attempts = settings.current().resume_attempts
+    elif attempts < 1:
+        raise UserError("--resume-attempts must be >= 1")
+    writer = RunWriter(args.out, resume=args.resume, resume_attempts=attempts)
     summary = asyncio.run(
         run_batch(
             rows,

@@ -1,5 +1,9 @@
 """``coding-agent-rl sandboxes list|gc``: find and remove leftover Docker sandboxes by label,
-with what they leave on the host (volumes, capped disks: loop mounts and their files)."""
+with what they leave on the host (volumes, capped disks: loop mounts and their files).
+
+``list`` shows each sandbox's owner process (``host:pid``) and whether it is alive, gone (an
+orphan) or on another host (unknown here); ``gc --orphans`` removes only the orphans, as every
+runtime start does (:mod:`coding_agent_rl.sandbox.owner`)."""
 
 from __future__ import annotations
 
@@ -16,23 +20,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     gc = sub.add_parser(
         "gc", help="remove our containers, volumes and capped disks (every run unless --run-id)"
     )
-    gc.add_argument("--run-id", default=None, help="only this run's")
+    which = gc.add_mutually_exclusive_group()
+    which.add_argument("--run-id", default=None, help="only this run's")
+    which.add_argument(
+        "--orphans",
+        action="store_true",
+        help="only sandboxes whose owner process on this host is gone (what a run start does)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from coding_agent_rl.sandbox import docker_engine as engine
+    from coding_agent_rl.sandbox.owner import Owner
 
     if args.action == "gc":
-        report = asyncio.run(engine.gc_report(args.run_id))
+        if args.orphans:
+            report = asyncio.run(engine.reap_report())
+        else:
+            report = asyncio.run(engine.gc_report(args.run_id))
         print(
             f"removed {report['containers']} sandbox container(s), {report['volumes']} "
             f"volume(s), {report['disks']} capped disk(s)"
         )
         return 0
     for c in engine.list_containers(args.run_id):
+        found = Owner.from_labels(c["Labels"])
         row = {
             "id": c["Id"][:12],
             "run": c["Labels"].get(engine.LABEL_RUN, ""),
+            "owner": found.describe() if found else "",
+            "owner_state": found.state() if found else "unknown",
             "image": c["Image"],
             "state": c["State"],
             "status": c["Status"],
@@ -41,5 +58,6 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(row))
         else:
-            print(f"{row['id']}  {row['run']:40}  {row['state']:8}  {row['image']}")
+            owned = f"{row['owner'] or '-'} ({row['owner_state']})"
+            print(f"{row['id']}  {row['run']:40}  {owned:32}  {row['state']:8}  {row['image']}")
     return 0

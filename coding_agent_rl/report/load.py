@@ -125,7 +125,9 @@ def load_run(run_dir: str | Path, *, max_detail: int | None = None) -> RunData:
         rollout = Rollout(key=f"r{len(rollouts)}", result=result)
         rid = rollout.rollout_id
         if rid and rid in by_id:
-            warnings.append(f"{RESULTS_FILE}: rollout_id {rid} appears twice; last line kept")
+            # A later attempt (``run --resume`` re-ran an infrastructure failure) is expected.
+            if (result.get("attempt") or 0) <= (by_id[rid].result.get("attempt") or 0):
+                warnings.append(f"{RESULTS_FILE}: rollout_id {rid} appears twice; last line kept")
             by_id[rid].result = result
             continue
         rollouts.append(rollout)

@@ -6,10 +6,11 @@ import asyncio
 import logging
 import sys
 import time
+from collections import Counter
 from typing import Any
 
 from coding_agent_rl.rollout.executor import Executor, InProcessExecutor
-from coding_agent_rl.rollout.outputs import RunWriter, rollout_key, summarize
+from coding_agent_rl.rollout.outputs import RunWriter, rollout_key
 from coding_agent_rl.rollout.runtime import RuntimeConfig
 from coding_agent_rl.types import Sample
 
@@ -39,34 +40,48 @@ def make_samples(rows: list[Any], n_samples: int) -> list[tuple[Any, Sample]]:
 
 
 class Progress:
-    """One live status line on a terminal; plain log lines otherwise."""
+    """One live status line on a terminal; plain log lines otherwise. O(1) per rollout:
+    running counters (solved, failures by kind, rollouts per node), never a pass over records."""
 
     def __init__(self, total: int, *, stream: Any = None):
         self.total = total
         self.stream = stream or sys.stderr
         self.live = self.stream.isatty()
         self.t0 = time.monotonic()
-        self.results: list[dict[str, Any]] = []
+        self.done = 0
+        self.solved = 0
+        self.failures: Counter[str] = Counter()
+        self.nodes: Counter[str] = Counter()
 
-    def update(self, record: dict[str, Any]) -> None:
-        self.results.append(record)
-        s = summarize(self.results)
-        rate = len(self.results) / max(time.monotonic() - self.t0, 1e-9) * 60
-        fails = " ".join(f"{k}={v}" for k, v in sorted(s["failures_by_kind"].items())) or "none"
+    def line(self) -> str:
+        rate = self.done / max(time.monotonic() - self.t0, 1e-9) * 60
+        fails = " ".join(f"{k}={v}" for k, v in sorted(self.failures.items())) or "none"
         line = (
-            f"[{len(self.results)}/{self.total}] solved {s['solved']} | failures {fails} | "
+            f"[{self.done}/{self.total}] solved {self.solved} | failures {fails} | "
             f"{rate:.1f} rollouts/min"
         )
+        if len(self.nodes) > 1:
+            line += " | " + " ".join(f"{n}={c}" for n, c in sorted(self.nodes.items()))
+        return line
+
+    def update(self, record: dict[str, Any]) -> None:
+        self.done += 1
+        self.solved += (record.get("reward") or 0) >= 1.0
+        if record.get("failure_kind"):
+            self.failures[record["failure_kind"]] += 1
+        self.nodes[record.get("node") or "?"] += 1
+        line = self.line()
         if self.live:
             self.stream.write("\r\033[K" + line)
             self.stream.flush()
         else:
             log.info(
-                "%s  (%s reward=%s kind=%s)",
+                "%s  (%s reward=%s kind=%s node=%s)",
                 line,
                 record["instance_id"],
                 record.get("reward"),
                 record.get("failure_kind"),
+                record.get("node"),
             )
 
     def close(self) -> None:
@@ -84,10 +99,11 @@ async def run_batch(
     info: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run every (row, k) not yet in ``writer``; returns the summary (also written to disk)."""
+    done = writer.done_keys()
     todo = [
         (row, s)
         for row, s in make_samples(rows, n_samples)
-        if rollout_key(row.instance_id, s.index) not in writer.done_keys()
+        if rollout_key(row.instance_id, s.index) not in done
     ]
     executor: Executor = InProcessExecutor(config, concurrency=concurrency)
     t0 = time.monotonic()
@@ -107,8 +123,7 @@ async def run_batch(
     finally:
         progress.close()
         await executor.stop()
-        summary = summarize(
-            writer.results,
+        summary = writer.summary(
             **(info or {}),
             agent=config.agent,
             sandbox=config.rollout.backend,

@@ -70,6 +70,7 @@ class NativeRunner(RolloutRunner):
         reasoning_parser: str | None = "qwen3",
         on_session_open: SessionHook | None = None,
         run_id: str | None = None,
+        node: str | None = None,
     ):
         super().__init__(
             adapter=None,
@@ -79,6 +80,7 @@ class NativeRunner(RolloutRunner):
             decode=lambda ids: encoder.tokenizer.decode(ids, skip_special_tokens=False),
             on_session_open=on_session_open,
             run_id=run_id,
+            node=node,
         )
         self.engine = engine
         self.encoder = encoder

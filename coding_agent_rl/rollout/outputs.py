@@ -4,15 +4,29 @@ Lines are appended and flushed as each rollout ends, so an interrupted run keeps
 rollout and ``--resume`` skips them. ``generate()`` under a trainer appends to the same files
 (``append=True``: earlier lines kept, nothing held in memory, no samples file); metrics.prom is
 kept from running totals, so writing it costs the same after a million rollouts as after one.
+
+Bookkeeping is O(1) per finished rollout: the files are append-only, and what a run needs while
+it runs (the latest record per rollout, attempts per rollout, the set of finished rollouts) are
+in-memory indexes updated per record; only the final summary passes over the records.
+
+Resume and infrastructure failures: every attempt of a rollout appends its record (with its
+``attempt``, 1, 2, ...), so results.jsonl keeps the history; a rollout's *latest* record is the
+one that counts. A record whose ``failure_kind`` is ``infra`` contributes no line to
+samples.jsonl (its placeholder sample would train nothing), so re-running it never duplicates a
+sample. ``--resume`` re-runs a rollout whose latest record is ``infra`` until it has
+``resume_attempts`` records, and first drops sample lines whose rollout has no finished record
+(written by a run killed between a rollout's samples and its record).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import statistics
 import time
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 import prometheus_client as prom
@@ -26,8 +40,13 @@ def rollout_key(instance_id: str, sample_index: int | None) -> str:
     return f"{instance_id}#{sample_index}"
 
 
+def record_key(record: dict[str, Any]) -> str:
+    return rollout_key(record.get("instance_id", ""), record.get("sample_index"))
+
+
 class RunWriter:
-    """``resume``: keep and reload earlier results; ``append``: keep earlier lines but hold
+    """``resume``: keep and index earlier results (``resume_attempts``: records a rollout may
+    have before an infrastructure failure is final); ``append``: keep earlier lines but hold
     nothing in memory (``results`` stays empty); ``samples=False``: no samples.jsonl."""
 
     def __init__(
@@ -37,44 +56,118 @@ class RunWriter:
         resume: bool = False,
         append: bool = False,
         samples: bool = True,
+        resume_attempts: int = 1,
     ):
         self.out = out
         out.mkdir(parents=True, exist_ok=True)
         self.samples_path = out / "samples.jsonl"
         self.results_path = out / "results.jsonl"
-        self.results: list[dict[str, Any]] = []
+        self.resume_attempts = max(1, resume_attempts)
         self._keep = not append
+        self._latest: dict[str, dict[str, Any]] = {}  # rollout key -> its latest record
+        self._attempts: Counter[str] = Counter()  # rollout key -> records so far
+        self._done: set[str] = set()  # rollouts a run must not start again
+        self.totals = MetricTotals()
         if resume:
-            self.results = read_jsonl(self.results_path)
+            for record in read_jsonl(self.results_path):
+                self._index(record)
+                self.totals.add(record)
+            if samples:
+                self._drop_unfinished_samples()
         elif not append:
             for p in (self.samples_path, self.results_path):
                 p.unlink(missing_ok=True)
-        self.totals = MetricTotals()
-        for r in self.results:
-            self.totals.add(r)
+        for path in (self.samples_path, self.results_path):
+            _end_line(path)
         self._samples = self.samples_path.open("a") if samples else None
         self._results = self.results_path.open("a")
 
+    @property
+    def results(self) -> list[dict[str, Any]]:
+        """The latest record of every rollout (one per rollout)."""
+        return list(self._latest.values())
+
     def done_keys(self) -> set[str]:
-        return {rollout_key(r["instance_id"], r["sample_index"]) for r in self.results}
+        """Rollouts not to run again: their latest record is final (graded, a model or data
+        failure, aborted), or an infrastructure failure that used up ``resume_attempts``."""
+        return self._done
+
+    def attempts(self, key: str) -> int:
+        """Records of rollout ``key`` so far."""
+        return self._attempts[key]
+
+    def _index(self, record: dict[str, Any]) -> None:
+        if not self._keep:
+            return
+        key = record_key(record)
+        self._latest[key] = record
+        self._attempts[key] += 1
+        if record.get("failure_kind") != "infra" or self._attempts[key] >= self.resume_attempts:
+            self._done.add(key)
+        else:
+            self._done.discard(key)
+
+    def _drop_unfinished_samples(self) -> None:
+        """One pass at resume: keep the sample lines of rollouts with a non-infra latest
+        record (written before their record, so a kill in between left them alone)."""
+        if not self.samples_path.exists():
+            return
+        finished = {k for k, r in self._latest.items() if r.get("failure_kind") != "infra"}
+        tmp = self.samples_path.with_suffix(".jsonl.tmp")
+        dropped = 0
+        with self.samples_path.open() as src, tmp.open("w") as dst:
+            for line in src:
+                try:
+                    d = json.loads(line)
+                    key = rollout_key(
+                        str((d.get("metadata") or {}).get("instance_id")), d.get("index")
+                    )
+                except (json.JSONDecodeError, AttributeError):
+                    key = None
+                if key in finished:
+                    dst.write(line if line.endswith("\n") else line + "\n")
+                else:
+                    dropped += 1
+        if dropped:
+            os.replace(tmp, self.samples_path)
+        else:
+            tmp.unlink()
 
     def add(self, samples: list[Sample], record: dict[str, Any]) -> None:
-        if self._samples is not None:
+        if self._keep:
+            record.setdefault("attempt", self._attempts[record_key(record)] + 1)
+        if self._samples is not None and record.get("failure_kind") != "infra":
             for s in samples:
                 self._samples.write(json.dumps(s.to_dict()) + "\n")
             self._samples.flush()
         self._results.write(json.dumps(record, default=str) + "\n")
         self._results.flush()
-        if self._keep:
-            self.results.append(record)
+        self._index(record)
         self.totals.add(record)
         self.totals.write(self.out / "metrics.prom")
+
+    def summary(self, **info: Any) -> dict[str, Any]:
+        """:func:`summarize` over the latest record of each rollout (one pass)."""
+        return summarize(self._latest.values(), **info)
 
     def close(self, summary: dict[str, Any]) -> None:
         if self._samples is not None:
             self._samples.close()
         self._results.close()
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def _end_line(path: pathlib.Path) -> None:
+    """A line cut by a kill mid-write gets its end, so the next line appended stays whole."""
+    try:
+        with path.open("rb+") as f:
+            if f.seek(0, os.SEEK_END) == 0:
+                return
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
+    except FileNotFoundError:
+        pass
 
 
 class MetricTotals:
@@ -140,13 +233,14 @@ def read_jsonl(path: pathlib.Path) -> list[dict[str, Any]]:
     return out
 
 
-def summarize(results: list[dict[str, Any]], **info: Any) -> dict[str, Any]:
-    """Aggregate figures over ``results.jsonl`` records (also used for live progress).
+def summarize(records: Iterable[dict[str, Any]], **info: Any) -> dict[str, Any]:
+    """Aggregate figures over ``results.jsonl`` records, one per rollout (its latest).
 
     ``mean_reward`` is over the *graded* rollouts only (``None`` when there are none): an
     infrastructure failure is not a reward of 0. ``infra_failures`` counts those separately,
     ``infra_by_stage`` by the component that failed, and ``first_infra_reason`` shows the first.
     """
+    results = list(records)
     total = len(results)
     solved = sum(1 for r in results if (r.get("reward") or 0) >= 1.0)
     kinds = Counter(r["failure_kind"] for r in results if r.get("failure_kind"))
@@ -170,6 +264,7 @@ def summarize(results: list[dict[str, Any]], **info: Any) -> dict[str, Any]:
         "infra_by_stage": dict(Counter(r.get("infra_stage") or "unknown" for r in infra)),
         "first_infra_reason": infra[0].get("abort_reason") if infra else None,
         "tampering": sum(1 for r in results if r.get("tampering")),
+        "rollouts_by_node": dict(Counter(r["node"] for r in results if r.get("node"))),
         "failures_by_kind": dict(kinds),
         "timings_p50": p50,
         "samples": sum(r.get("num_segments") or 0 for r in results),

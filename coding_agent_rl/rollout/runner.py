@@ -39,6 +39,7 @@ import asyncio
 import contextlib
 import logging
 import pathlib
+import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -91,6 +92,7 @@ class RolloutRunner:
         on_session_open: SessionHook | None = None,
         run_id: str | None = None,
         network: AgentNetwork | None = None,
+        node: str | None = None,
     ):
         """``adapter_url``: the adapter as the agent sandbox sees it (``network.public_url``).
         ``adapter`` and ``harness`` are None for a runner without an agent CLI (native)."""
@@ -104,6 +106,7 @@ class RolloutRunner:
         self.decode = decode
         self.on_session_open = on_session_open
         self.run_id = run_id or uuid.uuid4().hex[:8]
+        self.node = node or socket.gethostname()  # each record's ``node``
         self.agent = AgentPhase(config, harness, self.network)
 
     @property
@@ -205,6 +208,7 @@ class RolloutRunner:
                 "grading_network": grading_network(self.config.backend),
             },
         )
+        record.set(node=self.node)
         if base.session_id:
             record.set(routing_key=base.session_id)
         event("start", sid, instance_id=row.instance_id, index=base.index, attempt=attempt)

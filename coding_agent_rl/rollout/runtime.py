@@ -9,6 +9,7 @@ from typing import Any
 from coding_agent_rl import settings
 from coding_agent_rl.multimodal.parts import ImageSettings
 from coding_agent_rl.rollout.config import RolloutConfig
+from coding_agent_rl.rollout.orphans import OrphanReaper
 from coding_agent_rl.rollout.runner import RolloutRunner
 from coding_agent_rl.settings import Settings
 
@@ -33,6 +34,10 @@ class RuntimeConfig:
     # The process's settings, installed while the runtime runs (slime's generate reads them
     # once); None: whatever the entry point installed.
     settings: Settings | None = None
+    # The node this runtime's rollouts run on (each record's ``node``); a multi-node executor
+    # sets it per worker. None: the host name of the machine the runtime starts on (resolved
+    # there, so a config built on a driver and shipped to a worker names the worker's host).
+    node: str | None = None
 
     def __post_init__(self) -> None:
         if bool(self.sglang_url) == bool(self.policy):
@@ -54,8 +59,18 @@ class Runtime:
         self.vision: Any = None  # the VLM's VisionProcessor (None: a text-only policy)
         self._installed = False
         self._previous_settings: Settings | None = None
+        self.reaper: OrphanReaper | None = None
 
     async def start(self) -> Runtime:
+        try:
+            return await self._start()
+        except BaseException:
+            if self.reaper is not None:  # its periodic task does not outlive a failed start
+                await self.reaper.stop()
+                self.reaper = None
+            raise
+
+    async def _start(self) -> Runtime:
         from coding_agent_rl.adapter.render import Renderer
         from coding_agent_rl.adapter.server import AdapterConfig, AdapterServer
         from coding_agent_rl.harness import get_harness
@@ -66,6 +81,9 @@ class Runtime:
         if cfg.settings is not None and not self._installed:
             self._previous_settings = settings.install(cfg.settings)
             self._installed = True
+        # Sandboxes of dead runs on this engine go first, then every reap_interval_s.
+        self.reaper = OrphanReaper(cfg.rollout.backend)
+        await self.reaper.start()
         network = AgentNetwork(agent_network_mode(cfg.rollout.agent_network), cfg.rollout.backend)
         if network.mode == "none":
             log.warning(
@@ -132,6 +150,7 @@ class Runtime:
             decode=lambda ids: self.tokenizer.decode(ids),
             on_session_open=on_open,
             network=network,
+            node=cfg.node,
         )
         return self
 
@@ -162,9 +181,13 @@ class Runtime:
             tool_parser=cfg.tool_parser,
             reasoning_parser=cfg.reasoning_parser,
             on_session_open=on_open,
+            node=cfg.node,
         )
 
     async def stop(self) -> None:
+        if self.reaper is not None:
+            await self.reaper.stop()
+            self.reaper = None
         if self.engine is not None:
             await self.engine.close()
         if self.adapter is not None:

@@ -21,6 +21,8 @@ Capabilities (callers ask the class or the object, never compare backend names):
 - limits: :attr:`Sandbox.limit_names` (the :mod:`limits` it takes as options),
   :attr:`Sandbox.takes_writable`, :attr:`Sandbox.limits` (what applies), and
   :meth:`Sandbox.limit_breaches` (what a sandbox has hit);
+- leftovers: :meth:`Sandbox.reap_orphans` removes sandboxes whose owner process died (every
+  runtime start calls it);
 - images: :attr:`Sandbox.image_kind` (``docker`` images, ``rootfs`` directories, or None when
   the provider builds them: ``coding-agent-rl images`` builds for the first two).
 """
@@ -197,6 +199,13 @@ class Sandbox(abc.ABC):
     def supports_bind_mounts(cls) -> bool:
         """Option ``mounts`` (host path -> sandbox path, read-only) works here."""
         return False
+
+    @classmethod
+    async def reap_orphans(cls) -> dict[str, int]:
+        """Remove this backend's sandboxes (and what they leave: volumes, disks, folders) whose
+        owner process is gone (:mod:`coding_agent_rl.sandbox.owner`); how many of each went.
+        Default: nothing to do (a cloud backend's sandboxes expire by their time-to-live)."""
+        return {}
 
     @property
     def mounts(self) -> dict[str, str]:

@@ -8,8 +8,9 @@ on the host. A sandbox puts the paths its processes write (the task's workdir, `
 filling the host, and :meth:`CappedDisk.full` tells the rollout's watchdog that it happened.
 
 Disks live under ``$CODING_AGENT_RL_DISK_DIR`` (default ``/var/lib/coding-agent-rl/disks``),
-``<run id>/<disk id>/{disk.img,mnt}``; ``coding-agent-rl sandboxes gc`` unmounts and deletes what
-a crashed run left. Needs root, ``mkfs.ext4`` and loop devices (:func:`unavailable_reason`).
+``<run id>/<disk id>/{disk.img,mnt,owner.json}``; ``coding-agent-rl sandboxes gc`` unmounts and
+deletes what a crashed run left, and :func:`reap_orphans` (every runtime start) the disks whose
+owner process is gone (:mod:`coding_agent_rl.sandbox.owner`). Needs root, ``mkfs.ext4`` and loop devices (:func:`unavailable_reason`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import subprocess
 import uuid
 
 from coding_agent_rl import settings
+from coding_agent_rl.sandbox import owner
 from coding_agent_rl.sandbox.base import SandboxCreateError
 
 FULL_BELOW_BYTES = 2 << 20  # "full": less than this is left (ENOSPC is near or was hit)
@@ -69,6 +71,7 @@ class CappedDisk:
 
     def create(self) -> CappedDisk:
         self.mnt.mkdir(parents=True)
+        owner.write_file(self.dir)  # before anything that needs cleaning up exists
         with open(self.image, "wb") as f:
             f.truncate(self.size)  # sparse: costs only what is written
         _run("mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-m", "0", "-E", "nodiscard",
@@ -113,6 +116,13 @@ def _umount(path: pathlib.Path) -> None:
     subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=60)
 
 
+def _remove(disk: pathlib.Path) -> None:
+    mnt = disk / "mnt"
+    if os.path.ismount(mnt):
+        _umount(mnt)
+    shutil.rmtree(disk, ignore_errors=True)
+
+
 def gc(run_id: str | None = None) -> int:
     """Unmount and delete the disks of ``run_id`` (every run's when None); returns how many."""
     root = disk_dir()
@@ -120,11 +130,22 @@ def gc(run_id: str | None = None) -> int:
     removed = 0
     for run in runs:
         for disk in sorted(run.glob("*")) if run.is_dir() else []:
-            mnt = disk / "mnt"
-            if os.path.ismount(mnt):
-                _umount(mnt)
-            shutil.rmtree(disk, ignore_errors=True)
+            _remove(disk)
             removed += 1
         with contextlib.suppress(OSError):
             run.rmdir()
+    return removed
+
+
+def reap_orphans() -> int:
+    """Unmount and delete the disks whose owner process is gone (of any run); how many."""
+    root = disk_dir()
+    removed = 0
+    for run in sorted(root.glob("*")) if root.is_dir() else []:
+        for disk in sorted(run.glob("*")) if run.is_dir() else []:
+            if owner.file_is_orphan(disk):
+                _remove(disk)
+                removed += 1
+        with contextlib.suppress(OSError):
+            run.rmdir()  # only once empty
     return removed

@@ -3,7 +3,9 @@
 Commands run through the exec API (``bash -c``); files move through the archive API
 (:mod:`docker_files`). A timeout SIGKILLs everything the exec started
 (see :mod:`coding_agent_rl.sandbox.reaper`). Leftovers of a crashed run are found by label:
-``coding-agent-rl.sandbox=1`` and ``coding-agent-rl.run=<run id>``. Read-only bind mounts
+``coding-agent-rl.sandbox=1`` and ``coding-agent-rl.run=<run id>``, plus the owner process
+(``coding-agent-rl.owner.*``, :mod:`owner`): a runtime start removes those whose owner is gone
+(:func:`docker_engine.reap_report`). Read-only bind mounts
 (``mounts``) bring host files in without a copy, e.g. an agent CLI from the host cache.
 Every container gets the default limits, least privilege and a capped writable disk
 (:mod:`docker_isolation`); with ``network="none"`` and an engine on this host, :meth:`listen`
@@ -144,7 +146,7 @@ class DockerSandbox(Sandbox):
     def _create_blocking(self) -> None:
         api = engine.client().api
         o = self.opts
-        labels = {engine.LABEL_SANDBOX: "1", engine.LABEL_RUN: self.run_id}
+        labels = {engine.LABEL_SANDBOX: "1", engine.LABEL_RUN: self.run_id, **engine.owner_labels()}
         mounts = [
             # A "bind" mount (unlike a legacy volume bind) fails when the host path is missing
             # instead of creating an empty directory there.
@@ -241,6 +243,10 @@ class DockerSandbox(Sandbox):
     @classmethod
     def is_local(cls) -> bool:
         return engine.is_local()
+
+    @classmethod
+    async def reap_orphans(cls) -> dict[str, int]:
+        return await engine.reap_report()
 
     @classmethod
     def supports_bind_mounts(cls) -> bool:

@@ -25,6 +25,7 @@ import docker
 import docker.errors
 
 from coding_agent_rl import settings
+from coding_agent_rl.sandbox import owner
 
 T = TypeVar("T")
 
@@ -115,6 +116,11 @@ def boot_semaphore(limit: int) -> asyncio.Semaphore:
         return entry[1]
 
 
+def owner_labels() -> dict[str, str]:
+    """This process as the owner of what it creates (:mod:`coding_agent_rl.sandbox.owner`)."""
+    return owner.current().labels()
+
+
 def _label_filter(run_id: str | None) -> dict[str, Any]:
     labels = [f"{LABEL_SANDBOX}=1"]
     if run_id is not None:
@@ -140,13 +146,17 @@ def remove_container(cid: str) -> bool:
         raise
 
 
-def remove_volumes_named(names: list[str]) -> None:
-    """Remove these volumes where they still exist (a container removal usually took them)."""
+def remove_volumes_named(names: list[str]) -> int:
+    """Remove these volumes where they still exist (a container removal usually took them);
+    returns how many this call removed."""
+    removed = 0
     for name in names:
         try:
             client().api.remove_volume(name)
+            removed += 1
         except docker.errors.APIError:  # gone already, or (briefly) still in use
             pass
+    return removed
 
 
 def remove_volumes(run_id: str | None = None) -> int:
@@ -170,6 +180,28 @@ async def gc_report(run_id: str | None = None) -> dict[str, int]:
     removed = await asyncio.gather(*(in_thread(remove_container, s["Id"]) for s in summaries))
     volumes = await in_thread(remove_volumes, run_id)
     disks = await in_thread(disk.gc, run_id) if is_local() else 0
+    return {"containers": sum(removed), "volumes": volumes, "disks": disks}
+
+
+def _orphan_volumes() -> list[str]:
+    volumes = client().api.volumes(filters=_label_filter(None)).get("Volumes") or []
+    return [v["Name"] for v in volumes if owner.is_orphan(v.get("Labels"))]
+
+
+async def reap_report() -> dict[str, int]:
+    """Remove the sandboxes whose owner process is gone (:func:`owner.is_orphan`: on this host,
+    and dead or its pid recycled), then the volumes and capped disks such owners left; how many
+    of each went. Sandboxes of live owners, of owners on other hosts and without owner labels
+    stay (``sandboxes gc`` removes those)."""
+    from coding_agent_rl.sandbox import disk
+
+    summaries = await in_thread(list_containers, None)
+    orphans = [s["Id"] for s in summaries if owner.is_orphan(s.get("Labels"))]
+    removed = await asyncio.gather(*(in_thread(remove_container, cid) for cid in orphans))
+    # A container's removal (-v) usually took its volumes; what is left (e.g. a container
+    # removed without -v, or one that died before its volumes were attached) goes now.
+    volumes = await in_thread(remove_volumes_named, await in_thread(_orphan_volumes))
+    disks = await in_thread(disk.reap_orphans) if is_local() else 0
     return {"containers": sum(removed), "volumes": volumes, "disks": disks}
 
 

@@ -12,6 +12,10 @@ internet switch off: ``allow_internet_access=False``; grading uses it) and ``ada
 no DNS server). What E2B cannot enforce: the filter works on addresses, not ports (every port of
 the adapter's host answers), and the adapter must be reachable from E2B's cloud, i.e. listen on
 a public address. Memory, CPUs and disk come with the template, not per sandbox.
+
+Orphans: every sandbox is created with a time-to-live (option ``lifetime_s``, default
+``settings.e2b_lifetime_s``, above the rollout deadline), so the sandboxes of a run that died
+without closing them expire in E2B by themselves; there is nothing to reap from here.
 """
 
 from __future__ import annotations
@@ -76,7 +80,8 @@ _TRANSPORT = (
 @dataclasses.dataclass
 class E2BOptions:
     template: str | None = None  # default: the image (or $SLIME_AGENT_E2B_TEMPLATE, see above)
-    lifetime_s: int = 3600  # the sandbox's own timeout in E2B
+    # The sandbox's time-to-live in E2B (the SDK's timeout): a dead run's sandboxes expire.
+    lifetime_s: int | None = None  # default: settings.e2b_lifetime_s
     api_key: str | None = None  # default: $E2B_API_KEY (read by the SDK)
     metadata: dict[str, str] | None = None
     env: dict[str, str] | None = None  # environment of every command
@@ -188,7 +193,8 @@ class E2BSandbox(Sandbox):
     async def _create(self) -> None:
         kwargs: dict[str, Any] = {
             "template": self.template,
-            "timeout": self.opts.lifetime_s,
+            # A time-to-live: should this process die, E2B removes the sandbox by itself.
+            "timeout": self.opts.lifetime_s or settings.current().e2b_lifetime_s,
             "metadata": self.metadata or None,
             "envs": self.opts.env,
             **self._network_kwargs(),

@@ -14,7 +14,9 @@ listening socket there (how ``adapter-only`` egress reaches the adapter).
 
 One sandbox = one long-lived bwrap "holder" that owns the pid, ipc, uts (and, unless
 ``network="host"``, net) namespaces; every exec is a fresh bwrap joining them, so detached
-processes survive between execs and all die with the holder. As a non-root user an exec runs
+processes survive between execs and all die with the holder; the holder and every exec die
+with their parent (``--die-with-parent``), and what stays on the file system after a killed
+owner is removed by the next runtime start (:mod:`local_orphans`). As a non-root user an exec runs
 through ``setpriv`` (util-linux) inside the sandbox: joining the pid namespace rules out bwrap's
 user-namespace uid mapping.
 """
@@ -35,7 +37,7 @@ import subprocess
 import time
 from typing import Any
 
-from coding_agent_rl.sandbox import rootfs
+from coding_agent_rl.sandbox import local_orphans, rootfs
 from coding_agent_rl.sandbox.base import (
     DEFAULT_OUTPUT_CAP,
     ExecResult,
@@ -206,6 +208,7 @@ class LocalSandbox(Sandbox):
             raise SandboxCreateError("bubblewrap is not installed: apt-get install bubblewrap")
         try:
             await asyncio.to_thread(self._prepare)
+            await asyncio.to_thread(self._record_owner)
             await asyncio.to_thread(self._start_holder)
         except (OSError, subprocess.CalledProcessError) as e:
             raise SandboxCreateError(f"local sandbox: {e}") from e
@@ -228,6 +231,14 @@ class LocalSandbox(Sandbox):
         while os.path.exists(f"/proc/{self._holder_pid}") and time.monotonic() < deadline:
             time.sleep(0.01)
 
+    def _record_owner(self) -> None:
+        """Blocking: what to remove should this process die first (:mod:`local_orphans`)."""
+        assert self._tmp is not None
+        cgroup = self._limits.cgroup
+        local_orphans.record(
+            self.sandbox_id, self._tmp, list(cgroup.dirs.values()) if cgroup else []
+        )
+
     async def _destroy(self) -> None:
         if self._holder is not None and self._holder.poll() is None:
             await asyncio.to_thread(self._stop_holder)
@@ -237,6 +248,11 @@ class LocalSandbox(Sandbox):
         if self._tmp is not None:
             await asyncio.to_thread(shutil.rmtree, self._tmp, True)
         await asyncio.to_thread(self._limits.destroy)
+        await asyncio.to_thread(local_orphans.forget, self.sandbox_id)
+
+    @classmethod
+    async def reap_orphans(cls) -> dict[str, int]:
+        return await asyncio.to_thread(local_orphans.reap_orphans)
 
     # ---- capabilities ----------------------------------------------------------------------------
     @classmethod

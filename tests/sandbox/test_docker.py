@@ -45,7 +45,11 @@ async def test_labels_limits_and_options_reach_the_container() -> None:
         extra_hosts={"adapter.test": "10.1.2.3"},
     ) as sb:
         info = engine.client().api.inspect_container(sb.container_id)
-        assert info["Config"]["Labels"] == {engine.LABEL_SANDBOX: "1", engine.LABEL_RUN: rid}
+        assert info["Config"]["Labels"] == {
+            engine.LABEL_SANDBOX: "1",
+            engine.LABEL_RUN: rid,
+            **engine.owner_labels(),  # this process: host, boot id, pid, start time
+        }
         host = info["HostConfig"]
         assert (host["NanoCpus"], host["Memory"], host["PidsLimit"]) == (5 * 10**8, 256 << 20, 64)
         assert host["NetworkMode"] == "none" and host["Init"] is True

@@ -107,3 +107,21 @@ async def test_e2b_killed_sandbox_is_reported_gone_against_sdk_stand_in(
             await sb.exec("true")
         with pytest.raises(SandboxGone):
             await sb.read_file("/etc/hostname")
+
+
+async def test_e2b_sandboxes_get_a_time_to_live_from_the_settings_against_sdk_stand_in(
+    use_e2b_stand_in: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run that dies without closing its sandboxes leaves nothing for long: E2B removes each
+    sandbox when its time-to-live (the SDK's ``timeout`` at create) runs out."""
+    monkeypatch.delenv("CODING_AGENT_RL_E2B_LIFETIME_S", raising=False)
+    async with create_sandbox("e2b", IMAGE):
+        pass
+    monkeypatch.setenv("CODING_AGENT_RL_E2B_LIFETIME_S", "4321")
+    async with create_sandbox("e2b", IMAGE):
+        pass
+    default, configured = use_e2b_stand_in.created
+    assert default["timeout"] == 3900  # settings.e2b_lifetime_s's default
+    assert default["timeout"] > 3600  # above the default rollout deadline
+    assert configured["timeout"] == 4321

@@ -1,0 +1,276 @@
+"""``coding-agent-rl bench bookkeeping``: what a finished rollout costs the run's bookkeeping.
+
+When a rollout ends, the run appends its samples and record to the output folder, updates
+metrics.prom and the progress line. Measured per rollout, with ``N`` records already in the run,
+at ``N = --records / 10`` and ``N = --records``:
+
+* **ours** (:class:`~coding_agent_rl.rollout.outputs.RunWriter` and
+  :class:`~coding_agent_rl.rollout.batch.Progress`): append-only files, running counters and
+  in-memory indexes: O(1) per rollout, so the cost at 10k records is the cost at 1k;
+* **baseline**: the code before (R2-5), *re-implemented here* (:class:`OldWriter`,
+  :class:`OldProgress`, :func:`old_summarize`): the progress line re-summarised every record on
+  each finished rollout, so the cost grows with the records (quadratic over a run).
+
+Both write the same synthetic records (shaped like real results.jsonl lines: timings, metrics,
+isolation; one small sample each) to files in a temporary folder, one after the other in this
+process (the two sizes of one way take turns, rollout by rollout, so load drift hits both
+alike). Reported: milliseconds per rollout (median of ``--measure`` rollouts, each timed) for each way at
+each size, ours' growth from the small to the large size (flat: about 1), the speed-up at the
+large size, and the one-pass final summary's cost. Baseline kind: ``run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import io
+import json
+import logging
+import pathlib
+import statistics
+import tempfile
+import time
+from collections import Counter
+from typing import Any
+
+from coding_agent_rl.commands.bench import Target, add_check_argument, missed_targets, report
+
+TARGETS: dict[str, Target] = {
+    "ours_growth": ("<=", 1.5),  # per-rollout cost at N / at N/10: flat
+    "speedup_at_records": (">=", 5.0),  # baseline / ours at N records
+}
+
+PHASES = ("sandbox_s", "install_s", "agent_s", "diff_s", "grade_s")
+
+
+def synthetic_record(i: int) -> dict[str, Any]:
+    """A results.jsonl line of the usual shape (values vary with ``i``)."""
+    kinds = (None, None, None, "model", "infra", None, "model")
+    kind = kinds[i % len(kinds)]
+    timings = {p: round(1.0 + (i * 7 + j) % 13 / 3, 3) for j, p in enumerate(PHASES)}
+    timings["total_s"] = round(sum(timings.values()), 3)
+    return {
+        "rollout_id": i,
+        "instance_id": f"task-{i // 4}",
+        "sample_index": i,
+        "group_index": i // 4,
+        "session_id": f"run-task-{i}-0-{i:032x}",
+        "reward": 1.0 if kind is None and i % 2 == 0 else 0.0,
+        "failure_kind": kind,
+        "abort_reason": "SandboxError: engine busy" if kind == "infra" else None,
+        "agent_exit_code": 0,
+        "agent_timed_out": False,
+        "isolation": {"agent_network": "adapter-only", "grading_network": "none", "limits": {}},
+        "node": f"node-{i % 2}",
+        "infra_stage": "sandbox" if kind == "infra" else None,
+        "turns": 12 + i % 9,
+        "num_segments": 0 if kind == "infra" else 1,
+        "metrics": {"tokens_generated": 3000 + i % 500, "tokens_trained": 2800, "retries": 0},
+        "timings": timings,
+        "agent": "claude_code",
+    }
+
+
+def _sample(i: int) -> Any:
+    from coding_agent_rl.types import Sample
+
+    return Sample(
+        index=i,
+        tokens=list(range(64)),
+        response_length=32,
+        loss_mask=[1] * 32,
+        rollout_log_probs=[-0.5] * 32,
+        metadata={"instance_id": f"task-{i // 4}"},
+    )
+
+
+# ---- the baseline: the bookkeeping before R2-6, re-implemented ---------------------------------
+def old_summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The summary the progress line recomputed from every record on each finished rollout."""
+    total = len(results)
+    solved = sum(1 for r in results if (r.get("reward") or 0) >= 1.0)
+    kinds = Counter(r["failure_kind"] for r in results if r.get("failure_kind"))
+    infra = [r for r in results if r.get("failure_kind") == "infra"]
+    graded = [r for r in results if r.get("failure_kind") != "infra"]
+    p50: dict[str, float] = {}
+    for phase in (*PHASES, "total_s"):
+        vals = [r["timings"][phase] for r in results if phase in (r.get("timings") or {})]
+        if vals:
+            p50[phase] = round(statistics.median(vals), 3)
+    metrics = [r.get("metrics") or {} for r in results]
+    return {
+        "total": total,
+        "solved": solved,
+        "graded": len(graded),
+        "mean_reward": sum(r.get("reward") or 0 for r in graded) / len(graded) if graded else None,
+        "infra_failures": len(infra),
+        "infra_by_stage": dict(Counter(r.get("infra_stage") or "unknown" for r in infra)),
+        "failures_by_kind": dict(kinds),
+        "timings_p50": p50,
+        "samples": sum(r.get("num_segments") or 0 for r in results),
+        "tokens_generated": sum(m.get("tokens_generated") or 0 for m in metrics),
+    }
+
+
+class OldWriter:
+    """The old RunWriter.add: append the lines, keep every record, update metrics.prom."""
+
+    def __init__(self, out: pathlib.Path):
+        from coding_agent_rl.rollout.outputs import MetricTotals
+
+        self.out = out
+        self.results: list[dict[str, Any]] = []
+        self.totals = MetricTotals()
+        self._samples = (out / "samples.jsonl").open("a")
+        self._results = (out / "results.jsonl").open("a")
+
+    def add(self, samples: list[Any], record: dict[str, Any]) -> None:
+        for s in samples:
+            self._samples.write(json.dumps(s.to_dict()) + "\n")
+        self._samples.flush()
+        self._results.write(json.dumps(record, default=str) + "\n")
+        self._results.flush()
+        self.results.append(record)
+        self.totals.add(record)
+        self.totals.write(self.out / "metrics.prom")
+
+    def close(self) -> None:
+        self._samples.close()
+        self._results.close()
+
+
+class OldProgress:
+    """The old Progress.update: every record so far summarised again for one status line."""
+
+    def __init__(self) -> None:
+        self.results: list[dict[str, Any]] = []
+        self.t0 = time.monotonic()
+        self.line = ""
+
+    def update(self, record: dict[str, Any]) -> None:
+        self.results.append(record)
+        s = old_summarize(self.results)
+        rate = len(self.results) / max(time.monotonic() - self.t0, 1e-9) * 60
+        fails = " ".join(f"{k}={v}" for k, v in sorted(s["failures_by_kind"].items())) or "none"
+        self.line = f"[{len(self.results)}] solved {s['solved']} | failures {fails} | {rate:.1f}"
+
+
+# ---- measuring -----------------------------------------------------------------------------------
+class _Run:
+    """One way's bookkeeping with ``records`` already in the run (filled untimed)."""
+
+    def __init__(self, way: str, records: int, measure: int, folder: pathlib.Path):
+        from coding_agent_rl.rollout.batch import Progress
+        from coding_agent_rl.rollout.outputs import RunWriter
+
+        folder.mkdir(parents=True)
+        self.way = way
+        self.batch = [(synthetic_record(i), [_sample(i)]) for i in range(records + measure)]
+        self.next = records
+        self.took: list[float] = []
+        if way == "ours":
+            self.writer = RunWriter(folder)
+            self.progress = Progress(records + measure, stream=io.StringIO())
+            for record, samples in self.batch[:records]:
+                self.writer.add(samples, dict(record))
+                self.progress.update(record)
+        else:
+            self.old = OldWriter(folder)
+            self.old_progress = OldProgress()
+            for record, samples in self.batch[:records]:  # no summaries: not what is measured
+                self.old.add(samples, dict(record))
+                self.old_progress.results.append(record)
+
+    def step(self) -> None:
+        """One more finished rollout, timed."""
+        record, samples = self.batch[self.next]
+        self.next += 1
+        t0 = time.perf_counter()
+        if self.way == "ours":
+            self.writer.add(samples, dict(record))
+            self.progress.update(record)
+        else:
+            self.old.add(samples, dict(record))
+            self.old_progress.update(record)
+        self.took.append(time.perf_counter() - t0)
+
+    def close(self) -> None:
+        if self.way == "ours":
+            self.writer.close(self.writer.summary())
+        else:
+            self.old.close()
+
+    def median_ms(self) -> float:
+        return statistics.median(self.took) * 1000
+
+
+def per_rollout_ms(
+    way: str, sizes: tuple[int, ...], measure: int, folder: pathlib.Path
+) -> dict[int, float]:
+    """Median ms per finished rollout at each size in ``sizes`` (records already in the run).
+    The sizes take turns, one rollout each, so a shared machine's load drift hits them alike."""
+    runs = {n: _Run(way, n, measure, folder / f"{way}-{n}") for n in sizes}
+    gc.collect()
+    for _ in range(measure):
+        for run in runs.values():
+            run.step()
+    for run in runs.values():
+        run.close()
+    return {n: run.median_ms() for n, run in runs.items()}
+
+
+def _final_summary_ms(records: int) -> float:
+    from coding_agent_rl.rollout.outputs import summarize
+
+    batch = [synthetic_record(i) for i in range(records)]
+    t0 = time.perf_counter()
+    summarize(batch)
+    return (time.perf_counter() - t0) * 1000
+
+
+def measure(records: int, measure_n: int) -> dict[str, Any]:
+    small = max(1, records // 10)
+    logging.getLogger("coding_agent_rl.rollout.batch").setLevel(logging.WARNING)  # no log lines
+    ms: dict[tuple[str, int], float] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-bookkeeping-") as tmp:
+        for way in ("ours", "baseline"):
+            for n, value in per_rollout_ms(
+                way, (small, records), measure_n, pathlib.Path(tmp)
+            ).items():
+                ms[(way, n)] = round(value, 3)
+    result: dict[str, Any] = {
+        "bench": "bookkeeping",
+        "records": records,
+        "measured_rollouts": measure_n,
+        "ours_ms_per_rollout": {f"at_{n}": ms[("ours", n)] for n in (small, records)},
+        "baseline_ms_per_rollout": {f"at_{n}": ms[("baseline", n)] for n in (small, records)},
+        "ours_growth": round(ms[("ours", records)] / ms[("ours", small)], 2),
+        "baseline_growth": round(ms[("baseline", records)] / ms[("baseline", small)], 2),
+        "speedup_at_records": round(ms[("baseline", records)] / ms[("ours", records)], 1),
+        "final_summary_ms": round(_final_summary_ms(records), 1),
+        "baseline": {
+            "kind": "run",
+            "from": "the pre-R2-6 RunWriter.add + Progress.update (re-summarising every record), "
+            "re-implemented in this module, same records, same process, one after the other",
+        },
+        "targets": {k: f"{op} {bound:g}" for k, (op, bound) in TARGETS.items()},
+    }
+    result["targets_missed"] = missed_targets(result, TARGETS)
+    return result
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--records", type=int, default=10000, help="records in the run (N)")
+    parser.add_argument(
+        "--measure", type=int, default=200, help="rollouts timed at each size (median)"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON line")
+    add_check_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from coding_agent_rl.errors import UserError
+
+    if args.records < 10 or args.measure < 1:
+        raise UserError("--records >= 10 and --measure >= 1")
+    return report("bookkeeping", measure(args.records, args.measure), args)

@@ -1,0 +1,44 @@
+"""``bench bookkeeping``: ours and the re-implemented old path keep the same books (same files,
+same figures), and the command reports both sizes, its baseline and its targets."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+from coding_agent_rl import cli
+from coding_agent_rl.commands.bench import bookkeeping
+from coding_agent_rl.rollout.outputs import summarize
+
+
+def test_the_baseline_summarises_as_ours_does() -> None:
+    records = [bookkeeping.synthetic_record(i) for i in range(50)]
+    old, new = bookkeeping.old_summarize(records), summarize(records)
+    for key in ("total", "solved", "graded", "infra_failures", "failures_by_kind", "samples"):
+        assert old[key] == new[key], key
+    assert old["timings_p50"] == new["timings_p50"]
+
+
+def test_both_ways_write_the_same_results(tmp_path: pathlib.Path) -> None:
+    for way in ("ours", "baseline"):
+        ms = bookkeeping.per_rollout_ms(way, (3, 30), 5, tmp_path)
+        assert set(ms) == {3, 30} and all(v > 0 for v in ms.values())
+    ours = (tmp_path / "ours-30" / "results.jsonl").read_text().splitlines()
+    old = (tmp_path / "baseline-30" / "results.jsonl").read_text().splitlines()
+    assert len(ours) == len(old) == 35
+    for a, b in zip(ours, old, strict=True):
+        assert {k: v for k, v in json.loads(a).items() if k != "attempt"} == json.loads(b)
+    # Ours writes no sample for an infrastructure failure (it trains nothing).
+    infra = sum(json.loads(x)["failure_kind"] == "infra" for x in old)
+    samples = (tmp_path / "ours-30" / "samples.jsonl").read_text().splitlines()
+    assert infra and len(samples) == 35 - infra
+
+
+def test_command_reports_both_sizes_baseline_and_targets(capsys) -> None:
+    code = cli.main(["bench", "bookkeeping", "--records", "200", "--measure", "20", "--json", "--no-check"])  # fmt: skip
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0 and result["bench"] == "bookkeeping" and result["baseline"]["kind"] == "run"
+    assert set(result["ours_ms_per_rollout"]) == {"at_20", "at_200"}
+    assert set(result["baseline_ms_per_rollout"]) == {"at_20", "at_200"}
+    assert result["ours_growth"] > 0 and result["speedup_at_records"] > 0
+    assert set(result["targets"]) == set(bookkeeping.TARGETS)
