@@ -113,9 +113,11 @@ async def run_batch(
     finally:
         progress.close()
         await runner.stop()
+        stats = getattr(runner, "stats", None)  # a multi-node executor's per-node figures
         summary = summarize(
             writer.results,
             **(info or {}),
+            **({"executor": stats()} if callable(stats) else {}),
             agent=config.agent,
             sandbox=config.rollout.backend,
             policy=config.policy or config.sglang_url,

@@ -23,7 +23,6 @@ there reaps them, or ``coding-agent-rl sandboxes gc --run-id RUN`` with that nod
 from __future__ import annotations
 
 import asyncio
-import collections
 import dataclasses
 import logging
 from typing import Any
@@ -56,6 +55,7 @@ class NodeWorker:
     engine: str = ""
     free: int = 0
     alive: bool = True
+    lost: bool = False
     finished: int = 0
 
 
@@ -290,6 +290,7 @@ class RayExecutor:
         if worker.alive:
             log.warning("ray node %s lost (%s); its slots leave the pool", worker.label, reason)
             worker.alive = False
+            worker.lost = True
             _kill(worker.actor)  # an unreachable-but-alive worker must not go on
             assert self._cond is not None
             async with self._cond:
@@ -302,12 +303,23 @@ class RayExecutor:
             "reason": reason,
         }
 
-    def node_counts(self) -> dict[str, int]:
-        """Finished rollouts per node label (progress, benchmarks)."""
-        counts: collections.Counter[str] = collections.Counter()
-        for w in self.workers:
-            counts[w.label] += w.finished
-        return dict(counts)
+    def stats(self) -> dict[str, Any]:
+        """Per node: its slots, rollouts finished there, whether it was lost; the most rollouts
+        in flight at once (never above the slots)."""
+        return {
+            "name": "ray",
+            "nodes": {
+                w.label or w.node_id[:8]: {
+                    "slots": w.slots,
+                    "finished": w.finished,
+                    "engine": w.engine,
+                    "lost": w.lost,
+                }
+                for w in self.workers
+            },
+            "slots": sum(w.slots for w in self.workers),
+            "max_in_flight": self.max_in_flight,
+        }
 
 
 async def _await(ref: Any) -> Any:
