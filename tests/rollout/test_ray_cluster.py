@@ -1,0 +1,172 @@
+"""``coding-agent-rl run --executor ray`` on a real two-node Ray cluster on this machine, each
+node with its own Docker engine: node 0 the main engine, node 1 a second ``dockerd`` started here
+(its own socket, data root and bridge), the task images loaded into it. Real Claude Code, the
+replay policy (each worker runs its own), grading in clean sandboxes on the node's own engine.
+
+Rollouts spread over both nodes and all solve, their artifacts shipped back to the driver's
+folder; then node 1's Ray processes are killed mid-run: every rollout still ends exactly once
+(the lost ones retried on node 0, the lost attempt recorded as infra ``node_lost``), and once the
+dead node's run is collected (``sandboxes gc --run-id`` against its engine) no container is left
+on either engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from support.rollout_helpers import LABEL, TASKS, containers, dataset_lines
+
+from coding_agent_rl.commands.bench.ray_cluster import LocalCluster, NodeSpec, SecondEngine
+
+pytestmark = [pytest.mark.docker, pytest.mark.agents]
+
+CLI = [sys.executable, "-m", "coding_agent_rl.cli"]
+N_TASKS = 3  # the first tasks of the examples (their images are loaded into the second engine)
+SLOTS = 2
+
+
+class Cluster:
+    def __init__(self, ray: LocalCluster, engine: SecondEngine):
+        self.ray, self.engine = ray, engine
+
+
+@pytest.fixture(scope="session")
+def cluster(example_images, example_rows) -> Iterator[Cluster]:
+    names = list(dataset_lines())[:N_TASKS]
+    engine = SecondEngine()
+    ray: LocalCluster | None = None
+    try:
+        engine.start()
+        engine.load([example_rows[n].image for n in names])
+        ray = LocalCluster([NodeSpec(SLOTS), NodeSpec(SLOTS, docker_host=engine.host)]).start()
+        yield Cluster(ray, engine)
+    finally:
+        if ray is not None:
+            ray.close()
+        engine.close()
+
+
+def start_run(c: Cluster, out: pathlib.Path, run_id: str, *args: str) -> subprocess.Popen:
+    out.mkdir(parents=True, exist_ok=True)
+    log = (out.parent / f"{out.name}.log").open("w")
+    env = {k: v for k, v in os.environ.items() if k not in ("DOCKER_HOST", "RAY_ADDRESS")}
+    return subprocess.Popen(
+        [
+            *CLI, "run", "--dataset", str(TASKS), "--limit", str(N_TASKS), "--policy", "replay",
+            "--executor", "ray", "--ray-address", c.ray.address,
+            "--sandbox-option", f"run_id={run_id}", "--agent-budget", "300",
+            "--eval-timeout", "120", "--out", str(out), *args,
+        ],  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+        env={**env, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def finish(proc: subprocess.Popen, out: pathlib.Path, timeout: float) -> dict[str, Any]:
+    try:
+        stdout, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log = (out.parent / f"{out.name}.log").read_text()
+    assert proc.returncode == 0, log[-4000:]
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def results(out: pathlib.Path) -> list[dict[str, Any]]:
+    text = (out / "results.jsonl").read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def test_rollouts_spread_over_both_nodes_and_all_solve(cluster, tmp_path):
+    run_id = f"ray-spread-{uuid.uuid4().hex[:8]}"
+    out = tmp_path / "spread"
+    printed = finish(start_run(cluster, out, run_id, "--n-samples", "2"), out, 600)
+    records = results(out)
+    assert printed["total"] == len(records) == 2 * N_TASKS
+    assert printed["solved"] == len(records), [r["abort_reason"] for r in records]
+    assert all(r["reward"] == 1.0 and r["failure_kind"] is None for r in records)
+    # every record names its node and engine; both nodes, each on its own engine, ran some
+    engines = {r["node"]: r["engine"] for r in records}
+    assert len(engines) == 2, Counter(r["node"] for r in records)
+    assert sorted(engines.values()) == sorted(["unix:///var/run/docker.sock", cluster.engine.host])
+    # back-pressure: never more in flight than the slots
+    summary = json.loads((out / "summary.json").read_text())
+    stats = summary["executor"]
+    assert stats["slots"] == 2 * SLOTS and 1 <= stats["max_in_flight"] <= 2 * SLOTS
+    assert sum(n["finished"] for n in stats["nodes"].values()) == len(records)
+    # the artifacts came back to the driver's folder within the budget
+    for r in records:
+        diff = (out / r["artifacts"]["diff"]).read_text()
+        assert diff.startswith("diff --git"), diff[:200]
+        assert (out / r["artifacts"]["agent_log"]).stat().st_size > 0
+        assert (out / r["artifacts"]["test_log"]).is_file()
+        assert "artifacts_truncated" not in r
+    samples = (out / "samples.jsonl").read_text().splitlines()
+    assert len({json.loads(s)["rollout_id"] for s in samples}) == len(records)
+    assert containers(run_id) == [] and cluster.engine.containers(f"{LABEL}={run_id}") == []
+
+
+def test_a_node_lost_mid_run_costs_no_rollout(cluster, tmp_path):
+    """Kill node 1's raylet and workers while rollouts run there (its sandboxes exist)."""
+    run_id = f"ray-loss-{uuid.uuid4().hex[:8]}"
+    out = tmp_path / "loss"
+    proc = start_run(cluster, out, run_id, "--n-samples", "2")
+    label = f"{LABEL}={run_id}"
+    deadline = time.monotonic() + 240
+    try:
+        while not cluster.engine.containers(label):  # a rollout is in flight on node 1
+            assert proc.poll() is None and time.monotonic() < deadline, "none ran on node 1"
+            time.sleep(0.5)
+        time.sleep(2)
+        killed = cluster.ray.kill_node(1)
+        assert killed
+    except BaseException:
+        proc.kill()
+        raise
+    t_kill = time.monotonic()
+    printed = finish(proc, out, 600)
+    recovery_s = time.monotonic() - t_kill
+    records = results(out)
+    keys = Counter((r["instance_id"], r["sample_index"]) for r in records)
+    assert len(keys) == 2 * N_TASKS and set(keys.values()) == {1}  # each ends once
+    assert printed["total"] == len(records)
+    lost = [r for r in records if r.get("lost_attempts")]
+    assert lost, "no rollout was in flight on the lost node"
+    node1 = {a["node"] for r in lost for a in r["lost_attempts"]}
+    assert len(node1) == 1
+    for r in lost:
+        (attempt,) = r["lost_attempts"]
+        assert attempt["failure_kind"] == "infra" and attempt["infra_stage"] == "node_lost"
+        assert attempt["engine"] == cluster.engine.host
+        # retried once, on the other node, where it solved
+        assert r["node"] not in node1 and r["reward"] == 1.0, r
+        assert r["retries"] >= 1
+    assert all(r["reward"] == 1.0 for r in records), [r["abort_reason"] for r in records]
+    stats = json.loads((out / "summary.json").read_text())["executor"]
+    assert [n["lost"] for n in stats["nodes"].values()].count(True) == 1
+    print(f"node loss: {len(lost)} rollout(s) retried; run ended {recovery_s:.1f}s after the kill")
+    # The dead node's sandboxes stay on its engine until a start there reaps them; collect
+    # them as a user would: `sandboxes gc --run-id` against that engine.
+    assert containers(run_id) == []
+    gc = subprocess.run(
+        [*CLI, "sandboxes", "gc", "--run-id", run_id],
+        env=cluster.engine.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert gc.returncode == 0, gc.stderr
+    assert cluster.engine.containers(label) == []
