@@ -57,6 +57,7 @@ class NodeWorker:
     alive: bool = True
     lost: bool = False
     finished: int = 0
+    cpu_s: float | None = None  # the worker process's CPU seconds, read at stop
 
 
 def slot_nodes(nodes: list[dict[str, Any]]) -> list[tuple[str, int]]:
@@ -134,7 +135,7 @@ class RayExecutor:
                 num_cpus=0,
                 resources={SLOTS: slots},
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
-                max_concurrency=slots + 2,  # the slots, plus stop / ping
+                max_concurrency=slots + 2,  # the slots, plus stop / cpu_s
                 max_restarts=0,
                 max_task_retries=0,
             ).remote(
@@ -166,7 +167,12 @@ class RayExecutor:
         import ray
 
         live = [w for w in self.workers if w.alive]
-        if live:
+        if live:  # what each worker's own process used, for the per-node load
+            cpu = await asyncio.gather(
+                *(_await(w.actor.cpu_s.remote()) for w in live), return_exceptions=True
+            )
+            for w, used in zip(live, cpu, strict=True):
+                w.cpu_s = used if isinstance(used, float) else None
             await asyncio.wait(
                 [asyncio.ensure_future(_await(w.actor.stop.remote())) for w in live],
                 timeout=STOP_TIMEOUT_S,
@@ -314,6 +320,7 @@ class RayExecutor:
                     "finished": w.finished,
                     "engine": w.engine,
                     "lost": w.lost,
+                    "worker_cpu_s": w.cpu_s,
                 }
                 for w in self.workers
             },

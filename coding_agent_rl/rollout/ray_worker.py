@@ -19,6 +19,7 @@ This module does not import Ray: the executor wraps :class:`RolloutWorker` with 
 from __future__ import annotations
 
 import dataclasses
+import os
 import pathlib
 import shutil
 import socket
@@ -36,6 +37,19 @@ from coding_agent_rl.types import Sample
 # Settings that belong to the node, not to the run: read from the worker's own environment.
 NODE_LOCAL = ("docker_host", "cache_root", "disk_dir", "adapter_bind_host", "adapter_public_host")
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
+WORKER_DIR = "car-ray-worker-"  # + pid: a worker's artifact folder in the temp dir
+
+
+def reap_worker_dirs(root: pathlib.Path | None = None) -> list[pathlib.Path]:
+    """Remove the artifact folders of workers that died on this node (their pid is gone)."""
+    root = root or pathlib.Path(tempfile.gettempdir())
+    removed = []
+    for d in root.glob(f"{WORKER_DIR}*"):
+        pid = d.name.removeprefix(WORKER_DIR).split("-", 1)[0]
+        if pid.isdigit() and not pathlib.Path(f"/proc/{pid}").exists():
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
 
 
 @dataclasses.dataclass
@@ -72,7 +86,8 @@ class RolloutWorker:
         out_dir = config.rollout.out_dir
         if out_dir is not None:  # artifacts wanted: a shared folder, else ours, shipped back
             if self.shared_dir is None:
-                self._tmp = pathlib.Path(tempfile.mkdtemp(prefix="car-ray-worker-"))
+                reap_worker_dirs()
+                self._tmp = pathlib.Path(tempfile.mkdtemp(prefix=f"{WORKER_DIR}{os.getpid()}-"))
             out_dir = self.shared_dir or self._tmp
         self.config = dataclasses.replace(
             config,
@@ -123,8 +138,11 @@ class RolloutWorker:
             outcome.record["artifacts_dir"] = str(self.shared_dir)
         return Shipped(outcome, files, truncated)
 
-    def ping(self) -> str:
-        return self.node
+    def cpu_s(self) -> float:
+        """CPU seconds this worker process used (adapter, policy client, orchestration; the
+        sandboxes' own processes are the engine's)."""
+        t = os.times()
+        return round(t.user + t.system, 3)
 
     async def stop(self) -> None:
         try:
