@@ -129,6 +129,9 @@ class _RayRuntime:
         await self.runner.start()
         return self
 
+    async def stop(self) -> None:
+        await self.runner.stop()
+
 
 def _settings() -> Settings:
     """The running runtime's settings; before it starts, the environment as it is."""

@@ -117,6 +117,8 @@ class RayExecutor:
 
         from coding_agent_rl.rollout.ray_worker import RolloutWorker
 
+        if self._cond is not None:
+            return  # started already (a caller may start it before handing it on)
         if not ray.is_initialized():
             ray.init(address=self.address or "auto", ignore_reinit_error=True)
             self._initialised_ray = True
@@ -180,6 +182,7 @@ class RayExecutor:
         for w in self.workers:
             _kill(w.actor)
             w.alive = False
+        self._cond = None
         if self._initialised_ray:
             ray.shutdown()
             self._initialised_ray = False

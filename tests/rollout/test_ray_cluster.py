@@ -12,6 +12,7 @@ on either engine.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import pathlib
@@ -21,6 +22,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -133,6 +135,71 @@ def test_rollouts_spread_over_both_nodes_and_all_solve(cluster, tmp_path):
         assert "artifacts_truncated" not in r
     samples = (out / "samples.jsonl").read_text().splitlines()
     assert len({json.loads(s)["rollout_id"] for s in samples}) == len(records)
+    assert containers(run_id) == [] and cluster.engine.containers(f"{LABEL}={run_id}") == []
+
+
+async def test_slime_generate_submits_to_the_pool_on_the_cluster(
+    cluster, rows, tmp_path_factory, monkeypatch
+):
+    """slime's ``generate()`` with ``CODING_AGENT_RL_EXECUTOR=ray``: the rollouts run on the
+    workers of the cluster, which call the policy server (slime's router) directly."""
+    from support.rollout_helpers import EXAMPLES, solve_steps, task_rule
+
+    from coding_agent_rl import generate as gen
+    from coding_agent_rl.policy.scripted import ScriptedPolicy
+    from coding_agent_rl.policy.server import PolicyServer
+    from coding_agent_rl.tokenizer import build_qwen3_tokenizer
+    from coding_agent_rl.types import Sample
+
+    tok = build_qwen3_tokenizer(tmp_path_factory.mktemp("qwen3-tokenizer"))
+    names = list(dataset_lines())[:2]
+    policy = ScriptedPolicy({"rules": [task_rule(rows[n], solve_steps(rows[n])) for n in names]})
+    server = PolicyServer(policy, str(tok), "qwen3_coder")
+    url = await server.start("127.0.0.1", 0)
+    args = SimpleNamespace(
+        hf_checkpoint=str(tok),
+        sglang_router_ip="127.0.0.1",
+        sglang_router_port=int(url.rsplit(":", 1)[1]),
+        rollout_max_context_len=32768,
+        rollout_max_response_len=4096,
+        sglang_tool_call_parser="qwen3_coder",
+        sglang_reasoning_parser="qwen3",
+    )
+    run_id = f"ray-slime-{uuid.uuid4().hex[:8]}"
+    for key, value in {
+        "CODING_AGENT_RL_EXECUTOR": "ray",
+        "CODING_AGENT_RL_RAY_ADDRESS": cluster.ray.address,
+        "SWE_AGENT": "claude_code",
+        "CODING_AGENT_RL_DATASET_DIR": str(EXAMPLES),
+        "SWE_AGENT_TIME_BUDGET_SEC": "300",
+        "SWE_EVAL_TIMEOUT_SEC": "120",
+        "CODING_AGENT_RL_SANDBOX_OPTIONS": json.dumps({"run_id": run_id}),
+    }.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.setattr(gen, "_runtime", None)
+    monkeypatch.setattr(gen, "_runtime_lock", None)
+    lines = dataset_lines()
+    batch = [
+        Sample(group_index=i, index=i, prompt=lines[n]["prompt"], label=lines[n]["label"],
+               metadata=json.loads(json.dumps(lines[n]["metadata"])))
+        for i, n in enumerate(names * 2)
+    ]  # fmt: skip
+    try:
+        out = await asyncio.gather(
+            *(gen.generate(args, s, {"temperature": 1.0, "max_new_tokens": 2048}) for s in batch)
+        )
+    finally:
+        if gen._runtime is not None:
+            await gen._runtime.stop()
+        await server.stop()
+    nodes = set()
+    for samples in out:
+        assert samples and all(s.reward == 1.0 and not s.remove_sample for s in samples)
+        record = samples[0].metadata["rollout_record"]
+        assert record["failure_kind"] is None and record["engine"]
+        nodes.add(record["node"])
+    assert len(nodes) == 2, nodes  # four rollouts on 2 + 2 slots: both nodes ran some
     assert containers(run_id) == [] and cluster.engine.containers(f"{LABEL}={run_id}") == []
 
 

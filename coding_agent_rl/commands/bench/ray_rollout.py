@@ -1,7 +1,7 @@
 """``coding-agent-rl bench rollout --executor ray --nodes 1,2``: rollouts/min on 1 node vs 2.
 
 The same batch (``--n`` rollouts of the example tasks, cycled, replay policy, real Claude Code)
-runs once per ``--nodes`` level in this process through the Ray executor, using the first K
+runs once per ``--nodes`` level in this process (workers started first, not timed) through the Ray executor, using the first K
 nodes that advertise ``coding_agent_rl_slots``. Without ``--ray-address`` the benchmark starts
 its own cluster on this machine: node 0 on the main Docker engine, every further node on a
 second engine it starts (images loaded from the main one), ``--concurrency`` slots per node;
@@ -65,6 +65,9 @@ async def one_level(
     )
     executor = RayExecutor(config, address=address, nodes=nodes)
     writer = RunWriter(out)
+    t_start = time.monotonic()
+    await executor.start()  # the workers' start (tokenizer, adapter, policy) is not counted
+    startup = time.monotonic() - t_start
     busy0, total0 = cpu_times()
     t0 = time.monotonic()
     summary = await run_batch(rows, config, writer, executor=executor)
@@ -82,6 +85,7 @@ async def one_level(
         "max_in_flight": stats["max_in_flight"],
         "rollouts_per_min": round(n / wall * 60, 2),
         "wall_s": round(wall, 2),
+        "workers_start_s": round(startup, 2),
         "outcomes": figures["outcomes"],
         "failures": figures["failures"],
         "failure_reasons": figures["failure_reasons"],
