@@ -29,6 +29,7 @@ import pytest
 from support.rollout_helpers import LABEL, TASKS, containers, dataset_lines
 
 from coding_agent_rl.commands.bench.ray_cluster import LocalCluster, NodeSpec, SecondEngine
+from coding_agent_rl.rollout.ray_worker import WORKER_DIR, reap_worker_dirs
 
 pytestmark = [pytest.mark.docker, pytest.mark.agents]
 
@@ -254,3 +255,5 @@ def test_a_node_lost_mid_run_costs_no_rollout(cluster, tmp_path):
     )
     assert gc.returncode == 0, gc.stderr
     assert cluster.engine.containers(label) == []
+    # ... and the killed worker's artifact folder goes at the next worker start on the node
+    assert any(d.name.startswith(WORKER_DIR) for d in reap_worker_dirs())
