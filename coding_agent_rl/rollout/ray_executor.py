@@ -215,8 +215,12 @@ class RayExecutor:
             if worker is None:
                 break
             tried.add(worker.node_id)
+            ref = worker.actor.run.remote(row, sample, sampling_params, evaluation)
             try:
-                shipped = await worker.actor.run.remote(row, sample, sampling_params, evaluation)
+                shipped = await ref
+            except asyncio.CancelledError:
+                _cancel(ref)  # the worker's rollout ends too, destroying its sandboxes
+                raise
             except lost_errors() as e:
                 lost.append(await self._lose(worker, e))
                 continue
@@ -334,6 +338,15 @@ class RayExecutor:
 
 async def _await(ref: Any) -> Any:
     return await ref
+
+
+def _cancel(ref: Any) -> None:
+    import ray
+
+    try:
+        ray.cancel(ref)
+    except Exception as e:  # finished meanwhile, or its worker is gone
+        log.debug("ray.cancel: %s", e)
 
 
 def _kill(actor: Any) -> None:

@@ -18,6 +18,7 @@ This module does not import Ray: the executor wraps :class:`RolloutWorker` with 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import pathlib
@@ -83,6 +84,7 @@ class RolloutWorker:
         self.shared_dir = pathlib.Path(artifact_dir) if artifact_dir else None
         self.settings = node_settings(driver_settings, settings.load())
         self._tmp: pathlib.Path | None = None
+        self._running: set[asyncio.Task[Any]] = set()
         out_dir = config.rollout.out_dir
         if out_dir is not None:  # artifacts wanted: a shared folder, else ours, shipped back
             if self.shared_dir is None:
@@ -121,9 +123,15 @@ class RolloutWorker:
     ) -> Shipped:
         runner = self.runtime.runner
         assert runner is not None, "start() the worker first"
-        outcome = await runner.run(
-            row, sample, sampling_params=sampling_params, evaluation=evaluation
-        )
+        task = asyncio.current_task()
+        assert task is not None
+        self._running.add(task)
+        try:
+            outcome = await runner.run(
+                row, sample, sampling_params=sampling_params, evaluation=evaluation
+            )
+        finally:
+            self._running.discard(task)
         outcome.record["node"] = self.node
         outcome.record["engine"] = self.engine
         files: dict[str, bytes] = {}
@@ -145,6 +153,11 @@ class RolloutWorker:
         return round(t.user + t.system, 3)
 
     async def stop(self) -> None:
+        """Cancel the rollouts still running (each destroys its sandboxes), then stop."""
+        running = list(self._running)
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
         try:
             await self.runtime.stop()
         finally:

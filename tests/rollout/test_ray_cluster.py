@@ -16,6 +16,7 @@ import asyncio
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import time
@@ -139,6 +140,26 @@ def test_rollouts_spread_over_both_nodes_and_all_solve(cluster, tmp_path):
     assert containers(run_id) == [] and cluster.engine.containers(f"{LABEL}={run_id}") == []
 
 
+def test_ctrl_c_leaves_no_sandbox_on_any_node(cluster, tmp_path):
+    """SIGINT to the driver mid-run: the workers' rollouts are cancelled and their sandboxes
+    destroyed on both engines before the command exits."""
+    run_id = f"ray-sigint-{uuid.uuid4().hex[:8]}"
+    out = tmp_path / "sigint"
+    proc = start_run(cluster, out, run_id, "--n-samples", "2")
+    label = f"{LABEL}={run_id}"
+    deadline = time.monotonic() + 180
+    try:
+        while not (containers(run_id) and cluster.engine.containers(label)):
+            assert proc.poll() is None and time.monotonic() < deadline, "not on both nodes"
+            time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert containers(run_id) == [] and cluster.engine.containers(label) == []
+
+
 async def test_slime_generate_submits_to_the_pool_on_the_cluster(
     cluster, rows, tmp_path_factory, monkeypatch
 ):
@@ -202,6 +223,30 @@ async def test_slime_generate_submits_to_the_pool_on_the_cluster(
         nodes.add(record["node"])
     assert len(nodes) == 2, nodes  # four rollouts on 2 + 2 slots: both nodes ran some
     assert containers(run_id) == [] and cluster.engine.containers(f"{LABEL}={run_id}") == []
+
+
+@pytest.mark.slow
+def test_bench_rollout_on_one_node_then_two(cluster, tmp_path):
+    """``bench rollout --executor ray --nodes 1,2`` against the cluster: one JSON line, every
+    rollout solved, per-node load that adds up."""
+    r = subprocess.run(
+        [*CLI, "bench", "rollout", "--executor", "ray", "--ray-address", cluster.ray.address,
+         "--nodes", "1,2", "--n", str(N_TASKS), "--json", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+        env={k: v for k, v in os.environ.items() if k != "DOCKER_HOST"},
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    assert result["baseline"]["kind"] == "run" and result["failures"] == 0
+    one, two = result["levels"]
+    assert (one["nodes"], two["nodes"]) == (1, 2) and one["speedup"] == 1.0
+    assert len(one["per_node"]) == 1 and len(two["per_node"]) == 2
+    for level in (one, two):
+        assert level["outcomes"] == {"solved": N_TASKS} and level["rollouts_per_min"] > 0
+        assert sum(n["rollouts"] for n in level["per_node"].values()) == N_TASKS
+        assert level["max_in_flight"] <= level["slots"] == SLOTS * level["nodes"]
+        assert 0 < level["machine_cpu_util"] <= 1
+        assert all(n["worker_cpu_s"] > 0 for n in level["per_node"].values())
 
 
 def test_a_node_lost_mid_run_costs_no_rollout(cluster, tmp_path):
