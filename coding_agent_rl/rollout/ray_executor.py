@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from typing import Any
 
 from coding_agent_rl import settings
@@ -175,9 +176,17 @@ class RayExecutor:
             )
             for w, used in zip(live, cpu, strict=True):
                 w.cpu_s = used if isinstance(used, float) else None
-            await asyncio.wait(
-                [asyncio.ensure_future(_await(w.actor.stop.remote())) for w in live],
-                timeout=STOP_TIMEOUT_S,
+            t0 = time.monotonic()
+            stopped = await asyncio.wait_for(
+                asyncio.gather(
+                    *(_await(w.actor.stop.remote()) for w in live), return_exceptions=True
+                ),
+                STOP_TIMEOUT_S,
+            )
+            log.info(
+                "ray workers stopped in %.1fs (rollouts cancelled: %s)",
+                time.monotonic() - t0,
+                ", ".join(f"{w.label}: {n}" for w, n in zip(live, stopped, strict=True)),
             )
         for w in self.workers:
             _kill(w.actor)

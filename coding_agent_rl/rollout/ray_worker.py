@@ -38,7 +38,16 @@ from coding_agent_rl.types import Sample
 # Settings that belong to the node, not to the run: read from the worker's own environment.
 NODE_LOCAL = ("docker_host", "cache_root", "disk_dir", "adapter_bind_host", "adapter_public_host")
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
+TEARDOWN_GRACE_S = 60.0
 WORKER_DIR = "car-ray-worker-"  # + pid: a worker's artifact folder in the temp dir
+
+
+async def settle(timeout: float) -> None:
+    """Wait (at most ``timeout`` s) until no other task of this event loop is pending."""
+    me = asyncio.current_task()
+    others = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+    if others:
+        await asyncio.wait(others, timeout=timeout)
 
 
 def reap_worker_dirs(root: pathlib.Path | None = None) -> list[pathlib.Path]:
@@ -152,14 +161,19 @@ class RolloutWorker:
         t = os.times()
         return round(t.user + t.system, 3)
 
-    async def stop(self) -> None:
-        """Cancel the rollouts still running (each destroys its sandboxes), then stop."""
+    async def stop(self) -> int:
+        """Cancel the rollouts still running (each destroys its sandboxes), then stop; returns
+        how many were cancelled."""
         running = list(self._running)
         for task in running:
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
+        # A cancelled rollout returns while its sandboxes' shielded teardown still runs on this
+        # loop: let it finish before the driver kills this process.
+        await settle(TEARDOWN_GRACE_S)
         try:
             await self.runtime.stop()
         finally:
             if self._tmp is not None:
                 shutil.rmtree(self._tmp, ignore_errors=True)
+        return len(running)
