@@ -42,7 +42,8 @@ log = logging.getLogger(__name__)
 SLOTS = "coding_agent_rl_slots"
 NODE_LOST = "node_lost"
 RETRIES_ON_NODE_LOSS = 1
-STOP_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 120.0
+START_TIMEOUT_S = 600.0  # placement, the tokenizer, the adapter and policy client
 
 
 @dataclasses.dataclass
@@ -148,12 +149,18 @@ class RayExecutor:
                 artifact_dir=self.artifact_dir,
             )
             self.workers.append(NodeWorker(node_id, slots, actor, free=slots))
+        # A node whose slots another run holds never places our worker: give up on it.
         started = await asyncio.gather(
-            *(w.actor.start.remote() for w in self.workers), return_exceptions=True
+            *(
+                asyncio.wait_for(_await(w.actor.start.remote()), START_TIMEOUT_S)
+                for w in self.workers
+            ),
+            return_exceptions=True,
         )
         for w, info in zip(self.workers, started, strict=True):
             if isinstance(info, BaseException):
-                log.error("ray node %s: worker failed to start: %s", w.node_id[:8], info)
+                why = "timed out" if isinstance(info, asyncio.TimeoutError) else info
+                log.error("ray node %s: worker failed to start: %s", w.node_id[:8], why)
                 w.alive = False
                 _kill(w.actor)
             else:

@@ -292,8 +292,7 @@ def test_a_node_lost_mid_run_costs_no_rollout(cluster, tmp_path):
     # them as a user would: `sandboxes gc --run-id` against that engine.
     assert containers(run_id) == []
     gc = subprocess.run(
-        [*CLI, "sandboxes", "gc", "--run-id", run_id],
-        env=cluster.engine.env(),
+        cluster.engine.command([*CLI, "sandboxes", "gc", "--run-id", run_id]),
         capture_output=True,
         text=True,
         timeout=120,

@@ -77,8 +77,12 @@ class SecondEngine:
         self.subnet_prefix: str | None = None
         self._log = self.dir / "dockerd.log"
 
-    def env(self) -> dict[str, str]:
-        return {**os.environ, "DOCKER_HOST": self.host}
+    def command(self, argv: list[str]) -> list[str]:
+        """``argv`` run with this engine as its ``DOCKER_HOST``."""
+        return ["env", f"DOCKER_HOST={self.host}", *argv]
+
+    def docker(self, *args: str) -> list[str]:
+        return ["docker", "-H", self.host, *args]
 
     def start(self, timeout: float = 60.0) -> SecondEngine:
         self.subnet_prefix = _free_subnet()
@@ -110,7 +114,7 @@ class SecondEngine:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise RuntimeError(f"second dockerd exited: {self._log.read_text()[-2000:]}")
-            ok = subprocess.run(["docker", "info"], env=self.env(), capture_output=True)
+            ok = subprocess.run(self.docker("info"), capture_output=True)
             if ok.returncode == 0:
                 return self
             time.sleep(0.5)
@@ -118,11 +122,10 @@ class SecondEngine:
 
     def load(self, images: list[str]) -> None:
         """``docker save IMAGES | DOCKER_HOST=<this> docker load``."""
-        env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
-        save = subprocess.Popen(["docker", "save", *images], stdout=subprocess.PIPE, env=env)
-        load = subprocess.run(
-            ["docker", "load", "-q"], stdin=save.stdout, env=self.env(), capture_output=True
+        save = subprocess.Popen(
+            ["env", "-u", "DOCKER_HOST", "docker", "save", *images], stdout=subprocess.PIPE
         )
+        load = subprocess.run(self.docker("load", "-q"), stdin=save.stdout, capture_output=True)
         assert save.stdout is not None
         save.stdout.close()
         if save.wait() != 0 or load.returncode != 0:
@@ -130,8 +133,7 @@ class SecondEngine:
 
     def containers(self, label: str) -> list[str]:
         out = subprocess.run(
-            ["docker", "ps", "-aq", "--filter", f"label={label}"],
-            env=self.env(),
+            self.docker("ps", "-aq", "--filter", f"label={label}"),
             capture_output=True,
             text=True,
             check=True,
@@ -142,12 +144,10 @@ class SecondEngine:
         if self.pid is not None:
             with contextlib.suppress(subprocess.CalledProcessError, OSError):
                 ids = subprocess.run(
-                    ["docker", "ps", "-aq"], env=self.env(), capture_output=True, text=True
+                    self.docker("ps", "-aq"), capture_output=True, text=True
                 ).stdout.split()
                 if ids:  # every container of this engine is ours: it is our engine
-                    subprocess.run(
-                        ["docker", "rm", "-f", *ids], env=self.env(), capture_output=True
-                    )
+                    subprocess.run(self.docker("rm", "-f", *ids), capture_output=True)
             kill_pids([self.pid], signal.SIGTERM)
             _wait_gone([self.pid], 20)
             kill_pids([self.pid])
@@ -220,10 +220,10 @@ class LocalCluster:
                 ]
             else:
                 args += ["--address", self.address, "--node-ip-address", "127.0.0.1"]
-            env = {k: v for k, v in os.environ.items() if k not in ("DOCKER_HOST", "RAY_ADDRESS")}
-            if spec.docker_host:
-                env["DOCKER_HOST"] = spec.docker_host
-            r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
+            # the node's engine: its workers inherit this environment
+            engine = [f"DOCKER_HOST={spec.docker_host}"] if spec.docker_host else []
+            args = ["env", "-u", "DOCKER_HOST", "-u", "RAY_ADDRESS", *engine, *args]
+            r = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
             if r.returncode != 0:
                 raise RuntimeError(f"ray start (node {i}) failed: {r.stderr[-2000:]}")
         self.wait_nodes(len(self.specs), timeout)

@@ -22,10 +22,15 @@ import pathlib
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from coding_agent_rl.commands.bench import report
-from coding_agent_rl.commands.bench import rollout as base
+from coding_agent_rl.datasets import examples_dataset
+
+TASKS = examples_dataset()
+# ``bench rollout``'s summary of a run's records (commands/bench/rollout.py passes it in).
+Summarize = Callable[..., dict[str, Any]]
 
 
 def cpu_times() -> tuple[float, float]:
@@ -38,7 +43,14 @@ def cpu_times() -> tuple[float, float]:
 
 
 async def one_level(
-    nodes: int, *, n: int, agent: str, out: pathlib.Path, address: str, options: dict[str, Any]
+    nodes: int,
+    *,
+    n: int,
+    agent: str,
+    out: pathlib.Path,
+    address: str,
+    options: dict[str, Any],
+    summarize: Summarize,
 ) -> dict[str, Any]:
     from coding_agent_rl import settings
     from coding_agent_rl.datasets.schema import load_dataset
@@ -48,7 +60,7 @@ async def one_level(
     from coding_agent_rl.rollout.ray_executor import RayExecutor
     from coding_agent_rl.rollout.runtime import RuntimeConfig
 
-    tasks = load_dataset(base.TASKS)
+    tasks = load_dataset(TASKS)
     rows = [tasks[i % len(tasks)] for i in range(n)]
     config = RuntimeConfig(
         agent=agent,
@@ -73,7 +85,7 @@ async def one_level(
     summary = await run_batch(rows, config, writer, executor=executor)
     wall = time.monotonic() - t0
     busy1, total1 = cpu_times()
-    figures = base.summarize(writer.results, n=n, concurrency=0, wall_s=wall, agent=agent)
+    figures = summarize(writer.results, n=n, concurrency=0, wall_s=wall, agent=agent)
     stats = summary["executor"]
     per_node = {
         label: {**node, "rollouts": sum(1 for r in writer.results if r.get("node") == label)}
@@ -96,7 +108,20 @@ async def one_level(
     }
 
 
-def run(args: argparse.Namespace) -> int:
+def counts(spec: str, flag: str) -> list[int]:
+    """``1,2`` -> ``[1, 2]`` (each at least 1)."""
+    from coding_agent_rl.errors import UserError
+
+    try:
+        values = [int(x) for x in str(spec).split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"{flag} takes integers, e.g. 1,2; not {spec!r}") from None
+    if not values or min(values) < 1:
+        raise UserError(f"{flag} must be at least 1")
+    return values
+
+
+def run(args: argparse.Namespace, *, summarize: Summarize) -> int:
     import os
 
     from coding_agent_rl.commands.bench.ray_cluster import LocalCluster, NodeSpec, SecondEngine
@@ -105,11 +130,11 @@ def run(args: argparse.Namespace) -> int:
     from coding_agent_rl.errors import UserError
     from coding_agent_rl.images.dataset import build_dataset_images
 
-    levels = base._levels(args.nodes)
-    slots = base._levels(args.concurrency)
+    levels = counts(args.nodes, "--nodes")
+    slots = counts(args.concurrency, "--concurrency")
     if len(slots) > 1:
         raise UserError("--executor ray takes one --concurrency (slots per node)")
-    build_dataset_images(base.TASKS)
+    build_dataset_images(TASKS)
     options = parse_options(args.sandbox_option)
     options.setdefault("run_id", f"bench-ray-{uuid.uuid4().hex[:8]}")
     cluster: LocalCluster | None = None
@@ -117,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         address = args.ray_address
         if not address:
-            images = sorted({row.image for row in load_dataset(base.TASKS) if row.image})
+            images = sorted({row.image for row in load_dataset(TASKS) if row.image})
             specs = [NodeSpec(slots[0], num_cpus=os.cpu_count() or 2)]
             for _ in range(max(levels) - 1):
                 engine = SecondEngine()
@@ -142,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
                             out=out,
                             address=address,
                             options=options,
+                            summarize=summarize,
                         )
                     )
                 )

@@ -360,7 +360,7 @@ def run(args: argparse.Namespace) -> int:
     if args.executor == "ray":
         from coding_agent_rl.commands.bench import ray_rollout
 
-        return ray_rollout.run(args)
+        return ray_rollout.run(args, summarize=summarize)
     levels = _levels(args.concurrency)
     if args.n < 1:
         raise UserError("--n must be at least 1")
