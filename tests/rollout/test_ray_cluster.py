@@ -4,7 +4,9 @@ node with its own Docker engine: node 0 the main engine, node 1 a second ``docke
 replay policy (each worker runs its own), grading in clean sandboxes on the node's own engine.
 
 Rollouts spread over both nodes and all solve, their artifacts shipped back to the driver's
-folder; then node 1's Ray processes are killed mid-run: every rollout still ends exactly once
+folder; Ctrl-C mid-run leaves no sandbox on either engine; slime's ``generate()`` submits to the
+same pool (artifacts to a shared folder); ``bench rollout --executor ray`` runs on 1 then 2 of
+its nodes; last, node 1's Ray processes are killed mid-run: every rollout still ends exactly once
 (the lost ones retried on node 0, the lost attempt recorded as infra ``node_lost``), and once the
 dead node's run is collected (``sandboxes gc --run-id`` against its engine) no container is left
 on either engine.
@@ -35,7 +37,7 @@ from coding_agent_rl.rollout.ray_worker import WORKER_DIR, reap_worker_dirs
 pytestmark = [pytest.mark.docker, pytest.mark.agents]
 
 CLI = [sys.executable, "-m", "coding_agent_rl.cli"]
-N_TASKS = 3  # the first tasks of the examples (their images are loaded into the second engine)
+N_TASKS = 2  # the first tasks of the examples (their images are loaded into the second engine)
 SLOTS = 2
 
 
@@ -188,7 +190,10 @@ async def test_slime_generate_submits_to_the_pool_on_the_cluster(
         sglang_reasoning_parser="qwen3",
     )
     run_id = f"ray-slime-{uuid.uuid4().hex[:8]}"
+    shared = tmp_path_factory.mktemp("shared-artifacts")  # a folder every node sees
     for key, value in {
+        "CODING_AGENT_RL_OUT_DIR": str(tmp_path_factory.mktemp("slime-out")),
+        "CODING_AGENT_RL_RAY_ARTIFACT_DIR": str(shared),
         "CODING_AGENT_RL_EXECUTOR": "ray",
         "CODING_AGENT_RL_RAY_ADDRESS": cluster.ray.address,
         "SWE_AGENT": "claude_code",
@@ -221,6 +226,9 @@ async def test_slime_generate_submits_to_the_pool_on_the_cluster(
         record = samples[0].metadata["rollout_record"]
         assert record["failure_kind"] is None and record["engine"]
         nodes.add(record["node"])
+        # the workers wrote the artifacts straight to the shared folder
+        assert record["artifacts_dir"] == str(shared)
+        assert (shared / record["artifacts"]["diff"]).read_text().startswith("diff --git")
     assert len(nodes) == 2, nodes  # four rollouts on 2 + 2 slots: both nodes ran some
     assert containers(run_id) == [] and cluster.engine.containers(f"{LABEL}={run_id}") == []
 

@@ -149,7 +149,7 @@ class SecondEngine:
                 if ids:  # every container of this engine is ours: it is our engine
                     subprocess.run(self.docker("rm", "-f", *ids), capture_output=True)
             kill_pids([self.pid], signal.SIGTERM)
-            _wait_gone([self.pid], 20)
+            _wait_gone([self.pid], 10)
             kill_pids([self.pid])
             # its containerd and shims run under its exec root
             kill_pids(pids_matching(str(self.dir / "exec")))
@@ -256,12 +256,11 @@ class LocalCluster:
         return pids
 
     def close(self) -> None:
-        # workers and agents first, the head's GCS last
+        # workers and agents first, the head's GCS last; nothing of a node outlives its folder
         for i in reversed(range(len(self.temp_dirs))):
             pids = self.node_pids(i)
-            kill_pids(pids, signal.SIGTERM)
-            _wait_gone(pids, 3)
-            kill_pids(self.node_pids(i))
+            kill_pids(pids)
+            _wait_gone(pids, 5)
         for tmp in self.temp_dirs:
             shutil.rmtree(tmp, ignore_errors=True)
 
