@@ -28,6 +28,10 @@ import logging
 import time
 from typing import Any
 
+import ray  # the `ray` extra: without it the registry names the extra to install
+from ray import exceptions as rex
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
 from coding_agent_rl import settings
 from coding_agent_rl.datasets.schema import TaskRow
 from coding_agent_rl.errors import InfraFailure, UserError
@@ -74,8 +78,6 @@ def slot_nodes(nodes: list[dict[str, Any]]) -> list[tuple[str, int]]:
 
 def lost_errors() -> tuple[type[BaseException], ...]:
     """Ray's errors for a call whose worker or node died."""
-    from ray import exceptions as rex
-
     names = ("RayActorError", "WorkerCrashedError", "NodeDiedError", "OwnerDiedError")
     return tuple(getattr(rex, n) for n in names if hasattr(rex, n))
 
@@ -114,9 +116,6 @@ class RayExecutor:
 
     # ---- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
-        import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         from coding_agent_rl.rollout.ray_worker import RolloutWorker
 
         if self._cond is not None:
@@ -174,34 +173,29 @@ class RayExecutor:
         self._cond = asyncio.Condition()
 
     async def stop(self) -> None:
-        import ray
-
+        """Each live worker cancels its rollouts (their sandboxes go) and stops; then every
+        worker is killed, and Ray shut down if this executor initialised it."""
         live = [w for w in self.workers if w.alive]
-        if live:  # what each worker's own process used, for the per-node load
-            cpu = await asyncio.gather(
-                *(_await(w.actor.cpu_s.remote()) for w in live), return_exceptions=True
-            )
-            for w, used in zip(live, cpu, strict=True):
-                w.cpu_s = used if isinstance(used, float) else None
-            t0 = time.monotonic()
-            stopped = await asyncio.wait_for(
-                asyncio.gather(
-                    *(_await(w.actor.stop.remote()) for w in live), return_exceptions=True
-                ),
-                STOP_TIMEOUT_S,
-            )
-            log.info(
-                "ray workers stopped in %.1fs (rollouts cancelled: %s)",
-                time.monotonic() - t0,
-                ", ".join(f"{w.label}: {n}" for w, n in zip(live, stopped, strict=True)),
-            )
-        for w in self.workers:
-            _kill(w.actor)
-            w.alive = False
-        self._cond = None
-        if self._initialised_ray:
-            ray.shutdown()
-            self._initialised_ray = False
+        try:
+            if live:
+                cpu = await _each(live, "cpu_s", 30.0)  # the per-node load, for the stats
+                for w, used in zip(live, cpu, strict=True):
+                    w.cpu_s = used if isinstance(used, float) else None
+                t0 = time.monotonic()
+                stopped = await _each(live, "stop", STOP_TIMEOUT_S)
+                log.info(
+                    "ray workers stopped in %.1fs (rollouts cancelled: %s)",
+                    time.monotonic() - t0,
+                    ", ".join(f"{w.label}: {n}" for w, n in zip(live, stopped, strict=True)),
+                )
+        finally:
+            for w in self.workers:
+                _kill(w.actor)
+                w.alive = False
+            self._cond = None
+            if self._initialised_ray:
+                ray.shutdown()
+                self._initialised_ray = False
 
     # ---- rollouts -------------------------------------------------------------------------
     async def run(
@@ -356,9 +350,13 @@ async def _await(ref: Any) -> Any:
     return await ref
 
 
-def _cancel(ref: Any) -> None:
-    import ray
+async def _each(workers: list[NodeWorker], method: str, timeout: float) -> list[Any]:
+    """``method`` called on every worker at once; each its result, error or timeout."""
+    calls = (asyncio.wait_for(_await(getattr(w.actor, method).remote()), timeout) for w in workers)
+    return list(await asyncio.gather(*calls, return_exceptions=True))
 
+
+def _cancel(ref: Any) -> None:
     try:
         ray.cancel(ref)
     except Exception as e:  # finished meanwhile, or its worker is gone
@@ -366,8 +364,6 @@ def _cancel(ref: Any) -> None:
 
 
 def _kill(actor: Any) -> None:
-    import ray
-
     try:
         ray.kill(actor, no_restart=True)
     except Exception as e:  # already gone with its node
