@@ -168,9 +168,8 @@ class RolloutWorker:
         for task in running:
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
-        # A cancelled rollout returns while its sandboxes' shielded teardown still runs on this
-        # loop: let it finish before the driver kills this process.
-        await settle(TEARDOWN_GRACE_S)
+        if running:  # a cancelled rollout returns while its sandboxes' shielded teardown
+            await settle(TEARDOWN_GRACE_S)  # still runs here: let it end before we are killed
         try:
             await self.runtime.stop()
         finally:
