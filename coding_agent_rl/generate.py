@@ -20,6 +20,10 @@ options, e.g. limits: ``{"memory": "8g", "pids": 2048}``); ``CODING_AGENT_RL_AGE
 ``ADAPTER_BIND_HOST`` are read by the rollout, sandbox and harness layers. Sandboxes get the same
 default limits and isolation as under ``coding-agent-rl run``.
 
+With ``CODING_AGENT_RL_EXECUTOR=ray`` the rollouts run on the workers of slime's own Ray cluster
+(one per node advertising ``coding_agent_rl_slots``; ``CODING_AGENT_RL_RAY_ADDRESS``, else the Ray
+slime's process already initialised): see :mod:`coding_agent_rl.rollout.ray_executor`.
+
 What :func:`generate` returns: objects of the caller's sample class (slime's ``Sample``) whose
 ``status`` is a member of that class's ``Status`` (slime compares members; see
 :mod:`coding_agent_rl.types`), siblings of one rollout sharing its ``rollout_id``, and
@@ -111,6 +115,24 @@ def runtime_config_from_args(args: Any, conf: Settings | None = None) -> Any:
     )
 
 
+class _RayRuntime:
+    """``executor=ray``: rollouts go to the workers on slime's Ray cluster (``ray_address``, else
+    the Ray slime's process already initialised); ``runner.run`` submits to that pool."""
+
+    def __init__(self, config: Any):
+        from coding_agent_rl.rollout.executor import create_executor
+
+        self.config = config
+        self.runner = create_executor(config.settings.executor, config)
+
+    async def start(self) -> _RayRuntime:
+        await self.runner.start()
+        return self
+
+    async def stop(self) -> None:
+        await self.runner.stop()
+
+
 def _settings() -> Settings:
     """The running runtime's settings; before it starts, the environment as it is."""
     return _runtime.config.settings if _runtime is not None else settings.load()
@@ -129,7 +151,10 @@ async def _get_runtime(args: Any) -> Any:
                 config = runtime_config_from_args(args)
                 out = config.rollout.out_dir
                 _writer = RunWriter(out, append=True, samples=False) if out else None
-                _runtime = await Runtime(config).start()
+                if config.settings.executor != "in-process":
+                    _runtime = await _RayRuntime(config).start()
+                else:
+                    _runtime = await Runtime(config).start()
     return _runtime
 
 

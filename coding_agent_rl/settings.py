@@ -129,6 +129,20 @@ class Settings(BaseSettings):
     )
     """The adapter's host as sandboxes see it; needed for remote backends (E2B)."""
 
+    # ---- where rollouts run (rollout/executor.py) -------------------------------------------
+    executor: str = Field("in-process", validation_alias=_env("EXECUTOR"))
+    """in-process (this process's runtime) | ray (a worker per node of a Ray cluster that
+    advertises ``coding_agent_rl_slots``)."""
+    ray_address: str | None = Field(None, validation_alias=_env("RAY_ADDRESS", "RAY_ADDRESS"))
+    """The Ray cluster (``HOST:PORT`` or ``auto``); default: the Ray already initialised in this
+    process (slime's), else ``auto``."""
+    ray_artifact_budget: int = Field(1 << 20, ge=0, validation_alias=_env("RAY_ARTIFACT_BUDGET"))
+    """Bytes of per-rollout artifacts (diff, agent log, test log) a Ray worker ships back to the
+    driver; a file past the budget keeps its tail and is listed in ``artifacts_truncated``."""
+    ray_artifact_dir: pathlib.Path | None = Field(None, validation_alias=_env("RAY_ARTIFACT_DIR"))
+    """A path every node sees (a shared file system): Ray workers write artifacts there instead
+    of shipping them back."""
+
     # ---- sandbox backends ------------------------------------------------------------------
     boot_concurrency: int = Field(
         16, ge=1, validation_alias=_env("BOOT_CONCURRENCY", "SWE_BOOT_CONCURRENCY")
@@ -173,7 +187,9 @@ class Settings(BaseSettings):
             raise ValueError(f"must be a JSON object, got {value[:200]!r}")
         return parsed
 
-    @field_validator("cache_root", "disk_dir", "dataset_dir", "out_dir", mode="after")
+    @field_validator(
+        "cache_root", "disk_dir", "dataset_dir", "out_dir", "ray_artifact_dir", mode="after"
+    )
     @classmethod
     def _expand(cls, value: pathlib.Path | None) -> pathlib.Path | None:
         return value.expanduser() if value is not None else None
@@ -191,6 +207,7 @@ class Settings(BaseSettings):
         "e2b_template",
         "e2b_metadata_key",
         "docker_host",
+        "ray_address",
         mode="after",
     )
     @classmethod

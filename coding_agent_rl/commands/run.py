@@ -37,7 +37,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--tokenizer", default="qwen3", help="HF tokenizer dir, or 'qwen3' (built offline)"
     )
     p.add_argument("--out", required=True, type=pathlib.Path)
-    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="rollouts at a time (default 4; with --executor ray: every free slot of the cluster)",
+    )
+    p.add_argument(
+        "--executor",
+        default=None,
+        help="where rollouts run: in-process (default; $CODING_AGENT_RL_EXECUTOR) or ray (a "
+        "worker per node of a Ray cluster advertising coding_agent_rl_slots)",
+    )
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        help="with --executor ray: the cluster, HOST:PORT or auto ($CODING_AGENT_RL_RAY_ADDRESS)",
+    )
     p.add_argument("--n-samples", type=int, default=1, help="rollouts per task (one GRPO group)")
     p.add_argument("--limit", type=int, help="only the first N tasks")
     p.add_argument(
@@ -126,7 +142,7 @@ def build_config(args: argparse.Namespace):
     from coding_agent_rl.rollout.config import RolloutConfig
     from coding_agent_rl.rollout.runtime import RuntimeConfig
 
-    if args.concurrency < 1 or args.n_samples < 1:
+    if (args.concurrency is not None and args.concurrency < 1) or args.n_samples < 1:
         raise UserError("--concurrency and --n-samples must be >= 1")
     if args.max_turns is not None and args.max_turns < 1:
         raise UserError("--max-turns must be >= 1")
@@ -248,22 +264,51 @@ def run(args: argparse.Namespace) -> int:
         attempts = settings.current().resume_attempts
     elif attempts < 1:
         raise UserError("--resume-attempts must be >= 1")
+    executor, concurrency = executor_choice(args)
     writer = RunWriter(args.out, resume=args.resume, resume_attempts=attempts)
-    summary = asyncio.run(
-        run_batch(
-            rows,
-            config,
-            writer,
-            concurrency=args.concurrency,
-            n_samples=args.n_samples,
-            info={"dataset": str(args.dataset)},
+    with settings.using(settings.current().model_copy(update=executor_settings(args))):
+        summary = asyncio.run(
+            run_batch(
+                rows,
+                config,
+                writer,
+                concurrency=concurrency,
+                n_samples=args.n_samples,
+                info={"dataset": str(args.dataset)},
+                executor=executor,
+            )
         )
-    )
     keys = ("total", "graded", "solved", "mean_reward", "infra_failures", "failures_by_kind")
     print(json.dumps({k: summary[k] for k in keys}))
     return all_infra_exit(summary)
 
 
+def executor_choice(args: argparse.Namespace) -> tuple[str, int | None]:
+    """The executor's name (``--executor``, else the setting) and its concurrency cap."""
+    from coding_agent_rl.rollout.executor import EXECUTORS
+
+    name = getattr(args, "executor", None) or settings.current().executor
+    if name not in EXECUTORS.names():
+        raise UserError(f"--executor {name!r}: expected one of {', '.join(EXECUTORS.names())}")
+    if getattr(args, "ray_address", None) and name != "ray":
+        raise UserError("--ray-address applies to --executor ray only")
+    concurrency = args.concurrency
+    if concurrency is None and name == "in-process":
+        concurrency = DEFAULT_CONCURRENCY
+    return name, concurrency
+
+
+def executor_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings ``--executor`` / ``--ray-address`` override."""
+    update: dict[str, Any] = {}
+    if getattr(args, "executor", None):
+        update["executor"] = args.executor
+    if getattr(args, "ray_address", None):
+        update["ray_address"] = args.ray_address
+    return update
+
+
+DEFAULT_CONCURRENCY = 4
 ALL_INFRA_EXIT = 3
 
 

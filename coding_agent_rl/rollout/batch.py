@@ -9,7 +9,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from coding_agent_rl.rollout.executor import Executor, InProcessExecutor
+from coding_agent_rl.rollout.executor import Executor, create_executor
 from coding_agent_rl.rollout.outputs import RunWriter, rollout_key
 from coding_agent_rl.rollout.runtime import RuntimeConfig
 from coding_agent_rl.types import Sample
@@ -94,25 +94,31 @@ async def run_batch(
     config: RuntimeConfig,
     writer: RunWriter,
     *,
-    concurrency: int = 4,
+    concurrency: int | None = 4,
     n_samples: int = 1,
     info: dict[str, Any] | None = None,
+    executor: Executor | str = "in-process",
 ) -> dict[str, Any]:
-    """Run every (row, k) not yet in ``writer``; returns the summary (also written to disk)."""
+    """Run every (row, k) not yet in ``writer`` on ``executor`` (one, or its name in
+    ``EXECUTORS``: built with ``concurrency``); returns the summary (also written to disk)."""
     done = writer.done_keys()
     todo = [
         (row, s)
         for row, s in make_samples(rows, n_samples)
         if rollout_key(row.instance_id, s.index) not in done
     ]
-    executor: Executor = InProcessExecutor(config, concurrency=concurrency)
+    runner: Executor = (
+        create_executor(executor, config, concurrency=concurrency)
+        if isinstance(executor, str)
+        else executor
+    )
     t0 = time.monotonic()
     progress = Progress(len(todo))
     try:
-        await executor.start()
+        await runner.start()
 
         async def one(row: Any, sample: Sample) -> None:
-            outcome = await executor.run(
+            outcome = await runner.run(
                 row, sample, sampling_params=config.sampling_defaults or None
             )
             outcome.record["agent"] = config.agent
@@ -122,9 +128,11 @@ async def run_batch(
         await asyncio.gather(*(one(r, s) for r, s in todo))
     finally:
         progress.close()
-        await executor.stop()
+        await runner.stop()
+        stats = getattr(runner, "stats", None)  # a multi-node executor's per-node figures
         summary = writer.summary(
             **(info or {}),
+            **({"executor": stats()} if callable(stats) else {}),
             agent=config.agent,
             sandbox=config.rollout.backend,
             policy=config.policy or config.sglang_url,

@@ -11,6 +11,9 @@ and what it returns is a :class:`~coding_agent_rl.rollout.config.RolloutOutcome`
 the results.jsonl record). A worker per node builds its own runtime from the config: its own
 adapter, reached by that node's sandboxes at the address their backend reports
 (``Sandbox.adapter_bind_host`` / ``host_url``).
+
+:data:`EXECUTORS` names them (``in-process``, ``ray``: :mod:`coding_agent_rl.rollout.ray_executor`,
+a worker per node of a Ray cluster); :func:`create_executor` builds one by name.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import asyncio
 from typing import Any, Protocol
 
 from coding_agent_rl.datasets.schema import TaskRow
+from coding_agent_rl.registry import Registry
 from coding_agent_rl.rollout.config import RolloutOutcome
 from coding_agent_rl.rollout.runtime import Runtime, RuntimeConfig
 from coding_agent_rl.types import Sample
@@ -69,3 +73,26 @@ class InProcessExecutor:
 
     async def stop(self) -> None:
         await self.runtime.stop()
+
+
+EXECUTORS = Registry(
+    "executor",
+    "coding_agent_rl.executors",
+    {
+        "in-process": ("coding_agent_rl.rollout.executor:InProcessExecutor", None),
+        "ray": ("coding_agent_rl.rollout.ray_executor:RayExecutor", "ray"),
+    },
+)
+
+
+def create_executor(
+    name: str, config: RuntimeConfig, *, concurrency: int | None = None
+) -> Executor:
+    """The executor ``name`` for ``config``; ``concurrency`` caps rollouts in flight (None: the
+    executor's default: 4 in process, every free slot of the cluster on Ray). An executor's
+    other knobs come from the settings (``ray_address`` ...)."""
+    cls = EXECUTORS.load(name)
+    executor: Executor = (
+        cls(config) if concurrency is None else cls(config, concurrency=concurrency)
+    )
+    return executor

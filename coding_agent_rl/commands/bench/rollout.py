@@ -310,6 +310,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="on: default limits and adapter-only egress; off: none of it; both: compare",
     )
     parser.add_argument("--rounds", type=int, default=2, help="with --isolation both: on/off pairs")
+    parser.add_argument(
+        "--executor",
+        choices=("in-process", "ray"),
+        default="in-process",
+        help="ray: rollouts/min on --nodes 1,2 of a Ray cluster (bench/ray_rollout.py)",
+    )
+    parser.add_argument("--nodes", default="1,2", help="with --executor ray: node counts to run")
+    parser.add_argument(
+        "--ray-address",
+        help="with --executor ray: an existing cluster (default: start a local one, a second "
+        "Docker engine per extra node)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     parser.add_argument(
         "--profile", action="store_true", help="print each rollout's phases and steps to stderr"
@@ -345,6 +357,10 @@ def run(args: argparse.Namespace) -> int:
     from coding_agent_rl.errors import UserError
     from coding_agent_rl.harness import HARNESSES
 
+    if args.executor == "ray":
+        from coding_agent_rl.commands.bench import ray_rollout
+
+        return ray_rollout.run(args, summarize=summarize)
     levels = _levels(args.concurrency)
     if args.n < 1:
         raise UserError("--n must be at least 1")
