@@ -8,15 +8,6 @@ import pathlib
 
 from coding_agent_rl import cli
 from coding_agent_rl.commands.bench import bookkeeping
-from coding_agent_rl.rollout.outputs import summarize
-
-
-def test_the_baseline_summarises_as_ours_does() -> None:
-    records = [bookkeeping.synthetic_record(i) for i in range(50)]
-    old, new = bookkeeping.old_summarize(records), summarize(records)
-    for key in ("total", "solved", "graded", "infra_failures", "failures_by_kind", "samples"):
-        assert old[key] == new[key], key
-    assert old["timings_p50"] == new["timings_p50"]
 
 
 def test_both_ways_write_the_same_results(tmp_path: pathlib.Path) -> None:

@@ -8,8 +8,9 @@ at ``N = --records / 10`` and ``N = --records``:
   :class:`~coding_agent_rl.rollout.batch.Progress`): append-only files, running counters and
   in-memory indexes: O(1) per rollout, so the cost at 10k records is the cost at 1k;
 * **baseline**: the code before (R2-5), *re-implemented here* (:class:`OldWriter`,
-  :class:`OldProgress`, :func:`old_summarize`): the progress line re-summarised every record on
-  each finished rollout, so the cost grows with the records (quadratic over a run).
+  :class:`OldProgress`): the progress line re-summarised every record (with
+  :func:`~coding_agent_rl.rollout.outputs.summarize`, the one-pass summary) on each finished
+  rollout, so the cost grows with the records (quadratic over a run).
 
 Both write the same synthetic records (shaped like real results.jsonl lines: timings, metrics,
 isolation; one small sample each) to files in a temporary folder, one after the other in this
@@ -30,10 +31,10 @@ import pathlib
 import statistics
 import tempfile
 import time
-from collections import Counter
 from typing import Any
 
 from coding_agent_rl.commands.bench import Target, add_check_argument, missed_targets, report
+from coding_agent_rl.rollout.outputs import summarize
 
 TARGETS: dict[str, Target] = {
     "ours_growth": ("<=", 1.5),  # per-rollout cost at N / at N/10: flat
@@ -85,33 +86,6 @@ def _sample(i: int) -> Any:
 
 
 # ---- the baseline: the bookkeeping before R2-6, re-implemented ---------------------------------
-def old_summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """The summary the progress line recomputed from every record on each finished rollout."""
-    total = len(results)
-    solved = sum(1 for r in results if (r.get("reward") or 0) >= 1.0)
-    kinds = Counter(r["failure_kind"] for r in results if r.get("failure_kind"))
-    infra = [r for r in results if r.get("failure_kind") == "infra"]
-    graded = [r for r in results if r.get("failure_kind") != "infra"]
-    p50: dict[str, float] = {}
-    for phase in (*PHASES, "total_s"):
-        vals = [r["timings"][phase] for r in results if phase in (r.get("timings") or {})]
-        if vals:
-            p50[phase] = round(statistics.median(vals), 3)
-    metrics = [r.get("metrics") or {} for r in results]
-    return {
-        "total": total,
-        "solved": solved,
-        "graded": len(graded),
-        "mean_reward": sum(r.get("reward") or 0 for r in graded) / len(graded) if graded else None,
-        "infra_failures": len(infra),
-        "infra_by_stage": dict(Counter(r.get("infra_stage") or "unknown" for r in infra)),
-        "failures_by_kind": dict(kinds),
-        "timings_p50": p50,
-        "samples": sum(r.get("num_segments") or 0 for r in results),
-        "tokens_generated": sum(m.get("tokens_generated") or 0 for m in metrics),
-    }
-
-
 class OldWriter:
     """The old RunWriter.add: append the lines, keep every record, update metrics.prom."""
 
@@ -149,7 +123,7 @@ class OldProgress:
 
     def update(self, record: dict[str, Any]) -> None:
         self.results.append(record)
-        s = old_summarize(self.results)
+        s = summarize(self.results)  # the same full pass the old progress line made
         rate = len(self.results) / max(time.monotonic() - self.t0, 1e-9) * 60
         fails = " ".join(f"{k}={v}" for k, v in sorted(s["failures_by_kind"].items())) or "none"
         self.line = f"[{len(self.results)}] solved {s['solved']} | failures {fails} | {rate:.1f}"
@@ -220,8 +194,6 @@ def per_rollout_ms(
 
 
 def _final_summary_ms(records: int) -> float:
-    from coding_agent_rl.rollout.outputs import summarize
-
     batch = [synthetic_record(i) for i in range(records)]
     t0 = time.perf_counter()
     summarize(batch)
