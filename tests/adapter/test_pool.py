@@ -104,9 +104,11 @@ async def conversation(url: str, sid: str, stream: bool, turns: int = TURNS) -> 
 
 
 async def status_of(url: str, sid: str) -> int:
-    async with aiohttp.ClientSession() as http:
-        async with http.get(f"{url}/v1/models", headers={"x-api-key": sid}) as r:
-            return r.status
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"{url}/v1/models", headers={"x-api-key": sid}) as r,
+    ):
+        return r.status
 
 
 async def test_sessions_spread_and_turns_stay_on_their_process(policy_url, tokenizer):
@@ -181,9 +183,7 @@ def netns():
         proc.wait()
 
 
-async def test_a_socket_inside_a_namespace_is_served_by_the_sessions_process(
-    policy_url, netns
-):
+async def test_a_socket_inside_a_namespace_is_served_by_the_sessions_process(policy_url, netns):
     """What adapter-only isolation does per sandbox: the listener's descriptor goes to the
     session's process, which serves that session (and no other) on it."""
     from coding_agent_rl.sandbox.netns import listen_in_netns

@@ -427,7 +427,10 @@ async def measure(
                 recorded = [len(await pool.turns(c.sid)) for c in clients]
                 adapter["recorded_turns"] = sum(recorded)
                 adapter["max_context_tokens"] = max(
-                    [len(t.prompt_ids) + len(t.output_ids) for t in await pool.turns(clients[0].sid)]
+                    [
+                        len(t.prompt_ids) + len(t.output_ids)
+                        for t in await pool.turns(clients[0].sid)
+                    ]
                 )
             finally:
                 await pool.stop()
