@@ -25,6 +25,7 @@ import itertools
 import logging
 import multiprocessing
 import os
+import pickle
 import socket
 import threading
 from collections.abc import Awaitable, Callable
@@ -88,8 +89,13 @@ def _child_main(config: AdapterConfig, host: str, conn: Any, fds: socket.socket)
             reply: tuple[int, bool, Any] = (call_id, True, ops[op](*args, **kwargs))
         except Exception as e:  # the caller re-raises it
             reply = (call_id, False, e)
+        try:
+            data = pickle.dumps(reply)
+            pickle.loads(data)  # an exception whose class cannot be rebuilt would kill the reader
+        except Exception as e:
+            data = pickle.dumps((call_id, False, RuntimeError(f"adapter {op}: {reply[2]!r} ({e})")))
         with send_lock:
-            conn.send(reply)
+            conn.send_bytes(data)
 
     conn.send(("ready", url, os.getpid()))
     try:
