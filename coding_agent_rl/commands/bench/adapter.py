@@ -140,6 +140,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--system-tokens", type=int, default=16000, help="instructions in each first prompt"
     )
     capacity.add_argument(
+        "--rounds", type=int, default=2, help="rounds, alternating adapter and direct runs"
+    )
+    capacity.add_argument(
         "--no-baseline", action="store_true", help="skip the direct /generate baseline run"
     )
     add_check_argument(parser)
@@ -151,8 +154,8 @@ def run_capacity(args: argparse.Namespace) -> int:
     from coding_agent_rl.commands.bench.adapter_capacity import measure
     from coding_agent_rl.errors import UserError
 
-    if args.sessions < 1 or args.turns < 2 or args.processes < 1:
-        raise UserError("--sessions and --processes must be >= 1 and --turns >= 2")
+    if args.sessions < 1 or args.turns < 2 or args.processes < 1 or args.rounds < 1:
+        raise UserError("--sessions, --processes and --rounds must be >= 1 and --turns >= 2")
     if args.system_tokens < 100:
         raise UserError("--system-tokens must be at least 100")
     result = asyncio.run(
@@ -164,12 +167,13 @@ def run_capacity(args: argparse.Namespace) -> int:
             system_tokens=args.system_tokens,
             seed=args.seed,
             baseline=not args.no_baseline,
+            rounds=args.rounds,
         )
     )
     # Every turn must come back recorded; throughput has no fixed target on a shared machine.
     targets = {"recorded_fraction": ("==", 1.0)}
-    adapter = result["adapter"]
-    result["recorded_fraction"] = adapter["recorded_turns"] / (args.sessions * args.turns)
+    expected = args.sessions * args.turns * args.rounds
+    result["recorded_fraction"] = result["recorded_turns"] / expected
     result["targets"] = {k: f"{op} {v:g}" for k, (op, v) in targets.items()}
     result["targets_missed"] = missed_targets(result, targets)
     return report("adapter", result, args)

@@ -14,8 +14,8 @@ odd ones do not. The policy server (SGLang's ``/generate``) is a CPU process of 
 - ``--policy scripted``: the scripted policy (decodes the whole prompt, matches a rule, encodes
   its reply), i.e. with a policy cost that grows with the history.
 
-The baseline, run in the same process on the same sessions right before: the same clients hit
-the policy server directly with ``/generate`` token ids (the tool results pre-encoded), no
+The baseline, run in the same process on the same sessions, alternating with ours round by
+round (``--rounds``, medians reported): the same clients hit the policy server directly with ``/generate`` token ids (the tool results pre-encoded), no
 adapter: the ceiling the adapter can reach. Every session's first turn (a full render of the
 first prompt) runs first, all at once, and is reported apart (``first_turns``); the figures are
 of the sustained phase after it (turns 2..N). Reported: turns/s both ways and their ratio,
@@ -383,6 +383,40 @@ def _direct_sessions(url: str, work: Workload, sessions: int) -> list[DirectSess
     ]
 
 
+def median_of(results: list[Any]) -> Any:
+    """Per-field medians of same-shaped results (numbers at the leaves; other leaves: the
+    first's)."""
+    first = results[0]
+    if isinstance(first, dict):
+        return {k: median_of([r[k] for r in results]) for k in first}
+    if isinstance(first, (int, float)) and not isinstance(first, bool):
+        return round(statistics.median(results), 2)
+    return first
+
+
+async def _adapter_round(
+    pool: Any, work: Workload, sessions: int, turns: int, policy_pid: int
+) -> dict[str, Any]:
+    from coding_agent_rl.adapter.sessions import new_session_id
+
+    clients = []
+    for i in range(sessions):
+        sid = new_session_id("bench-")
+        url = await pool.open(sid)
+        clients.append(AnthropicSession(sid, url, work, i, stream=i % 2 == 0))
+    pids = {f"adapter_{n}": pid for n, pid in enumerate(pool.pids())}
+    result = await drive(clients, turns, {**pids, "policy": policy_pid})
+    recorded = [await pool.turns(c.sid) for c in clients]
+    result["recorded_turns"] = sum(len(r) for r in recorded)
+    result["max_context_tokens"] = max(
+        len(t.prompt_ids) + len(t.output_ids) for r in recorded for t in r
+    )
+    for c in clients:
+        pool.sessions.close(c.sid)
+        pool.sessions.pop(c.sid)
+    return result
+
+
 async def measure(
     *,
     sessions: int,
@@ -392,65 +426,66 @@ async def measure(
     system_tokens: int,
     seed: int,
     baseline: bool = True,
+    rounds: int = 2,
 ) -> dict[str, Any]:
+    """``rounds`` rounds of the adapter run and (``baseline``) the direct run, alternating which
+    goes first, against one policy server and one adapter pool; medians over the rounds."""
     from coding_agent_rl.adapter.pool import AdapterPool
-    from coding_agent_rl.adapter.sessions import new_session_id
 
     work = build_workload(sessions, turns, system_tokens, seed)
+    result: dict[str, Any] = {
+        "bench": "adapter-capacity",
+        "sessions": sessions,
+        "turns_per_session": turns,
+        "processes": processes,
+        "policy": policy,
+        "system_tokens": system_tokens,
+        "streaming_sessions": (sessions + 1) // 2,
+        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+    }
+    per_round: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="carl-capacity-") as folder:
-        spec = scripted_policy_file(folder) if policy == "scripted" else "canned"
-        spec = f"scripted:{spec}" if policy == "scripted" else spec
+        spec = f"scripted:{scripted_policy_file(folder)}" if policy == "scripted" else "canned"
         policy_proc, policy_url = _spawn(_serve_policy, spec)
-        result: dict[str, Any] = {
-            "bench": "adapter-capacity",
-            "sessions": sessions,
-            "turns_per_session": turns,
-            "processes": processes,
-            "policy": policy,
-            "system_tokens": system_tokens,
-            "streaming_sessions": (sessions + 1) // 2,
-        }
+        pool = AdapterPool(processes, sglang_url=policy_url)
         try:
-            if baseline:
-                direct = _direct_sessions(policy_url, work, sessions)
-                result["direct"] = await drive(direct, turns, {"policy": policy_proc.pid})
-            pool = AdapterPool(processes, sglang_url=policy_url)
             await pool.start()
-            try:
-                clients = []
-                for i in range(sessions):
-                    sid = new_session_id("bench-")
-                    url = await pool.open(sid)
-                    clients.append(AnthropicSession(sid, url, work, i, stream=i % 2 == 0))
-                pids = {f"adapter_{n}": pid for n, pid in enumerate(pool.pids())}
-                adapter = await drive(clients, turns, {**pids, "policy": policy_proc.pid})
-                recorded = [len(await pool.turns(c.sid)) for c in clients]
-                adapter["recorded_turns"] = sum(recorded)
-                adapter["max_context_tokens"] = max(
-                    [
-                        len(t.prompt_ids) + len(t.output_ids)
-                        for t in await pool.turns(clients[0].sid)
-                    ]
-                )
-            finally:
-                await pool.stop()
-            result["adapter"] = adapter
+            for n in range(rounds):
+                this: dict[str, Any] = {}
+                order = ["direct", "adapter"] if n % 2 == 0 else ["adapter", "direct"]
+                for side in order:
+                    if side == "adapter":
+                        this["adapter"] = await _adapter_round(
+                            pool, work, sessions, turns, policy_proc.pid
+                        )
+                    elif baseline:
+                        direct = _direct_sessions(policy_url, work, sessions)
+                        this["direct"] = await drive(direct, turns, {"policy": policy_proc.pid})
+                if baseline:
+                    this["ratio_vs_direct"] = round(
+                        this["adapter"]["turns_per_s"] / this["direct"]["turns_per_s"], 3
+                    )
+                per_round.append(this)
         finally:
+            await pool.stop()
             policy_proc.kill()
             policy_proc.join(10)
+    adapter = median_of([r["adapter"] for r in per_round])
+    result["adapter"] = adapter
+    result["recorded_turns"] = sum(r["adapter"]["recorded_turns"] for r in per_round)
     result["saturated"] = saturation(adapter["cpu"])
     adapter_ms = sum(v["cpu_ms_per_turn"] for k, v in adapter["cpu"].items() if k[:8] == "adapter_")
     result["adapter_cpu_ms_per_turn"] = round(adapter_ms, 2)
     # Modelled: turns/s one adapter process reaches with a whole core to itself at this context.
     result["one_core_ceiling_turns_per_s"] = round(1000 / adapter_ms, 1) if adapter_ms else None
     if baseline:
-        result["ratio_vs_direct"] = round(
-            adapter["turns_per_s"] / result["direct"]["turns_per_s"], 3
-        )
+        result["direct"] = median_of([r["direct"] for r in per_round])
+        result["ratio_vs_direct"] = median_of([r["ratio_vs_direct"] for r in per_round])
         result["baseline"] = {
             "kind": "run",
             "from": "the same sessions as /generate token ids straight to the same policy "
-            "server, no adapter, same process, run just before",
+            "server, no adapter, same process, alternating with ours round by round",
         }
+    result["rounds"] = per_round
     result["loadavg"] = [round(x, 2) for x in os.getloadavg()]
     return result
