@@ -26,6 +26,7 @@ import logging
 import multiprocessing
 import os
 import pickle
+import signal
 import socket
 import threading
 from collections.abc import Awaitable, Callable
@@ -43,8 +44,16 @@ START_TIMEOUT_S = 120.0
 # -- the child side --
 
 
-def _child_main(config: AdapterConfig, host: str, conn: Any, fds: socket.socket) -> None:
+def _child_main(
+    config: AdapterConfig, host: str, log_level: int, conn: Any, fds: socket.socket
+) -> None:
     """A child process: one adapter server; answers calls from the pipe until it closes."""
+    # Ctrl-C reaches the whole process group: the parent winds its rollouts down and then closes
+    # the pipe, which is what ends this process.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.basicConfig(
+        level=log_level, format=f"%(asctime)s %(levelname)s %(name)s[{os.getpid()}]: %(message)s"
+    )
     loop = asyncio.new_event_loop()
     adapter = AdapterServer(config)
     url = loop.run_until_complete(adapter.start(host, 0))
@@ -91,7 +100,8 @@ def _child_main(config: AdapterConfig, host: str, conn: Any, fds: socket.socket)
             reply = (call_id, False, e)
         try:
             data = pickle.dumps(reply)
-            pickle.loads(data)  # an exception whose class cannot be rebuilt would kill the reader
+            if not reply[1]:  # an exception whose class cannot be rebuilt would kill the reader
+                pickle.loads(data)
         except Exception as e:
             data = pickle.dumps((call_id, False, RuntimeError(f"adapter {op}: {reply[2]!r} ({e})")))
         with send_lock:
@@ -126,7 +136,7 @@ class _Child:
         self.fds, child_fds = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.process = ctx.Process(
             target=_child_main,
-            args=(config, host, child_conn, child_fds),
+            args=(config, host, logging.getLogger().getEffectiveLevel(), child_conn, child_fds),
             name="coding-agent-rl-adapter",
             daemon=True,
         )
