@@ -148,9 +148,14 @@ class Runtime:
         from coding_agent_rl.harness import get_harness
 
         cfg = self.config
-        # The children load the tokenizer and the image processor themselves.
+        # The children load the tokenizer and the image processor themselves, and render with
+        # the template arguments of the in-process adapter's Renderer (none).
         pool_config = dataclasses.replace(
-            adapter_config, renderer=None, tokenizer=cfg.tokenizer, vision=self._vision_path()
+            adapter_config,
+            renderer=None,
+            tokenizer=cfg.tokenizer,
+            template_kwargs={},
+            vision=self._vision_path(),
         )
         if cfg.adapter_port or settings.current().adapter_port:
             log.warning("adapter_port is ignored with %d adapter processes", processes)
