@@ -128,6 +128,9 @@ class Settings(BaseSettings):
         None, validation_alias=_env("ADAPTER_PUBLIC_HOST", "ADAPTER_PUBLIC_HOST")
     )
     """The adapter's host as sandboxes see it; needed for remote backends (E2B)."""
+    adapter_processes: int = Field(1, ge=1, validation_alias=_env("ADAPTER_PROCESSES"))
+    """Adapter processes per node (one event loop each; each session is served by one of them,
+    its sandbox pointed at that process's port). 1: the adapter runs in the rollout's process."""
 
     # ---- where rollouts run (rollout/executor.py) -------------------------------------------
     executor: str = Field("in-process", validation_alias=_env("EXECUTOR"))

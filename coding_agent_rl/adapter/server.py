@@ -49,6 +49,9 @@ class AdapterConfig:
     sglang_url: str
     tokenizer: Any = "qwen3"  # a spec for load_tokenizer, or a tokenizer object
     renderer: Renderer | None = None  # overrides `tokenizer`
+    # The chat template's extra arguments when no `renderer` is given; None: XML tool calls for
+    # the qwen3_coder parser, nothing otherwise.
+    template_kwargs: dict[str, Any] | None = None
     tool_parser: str | None = "qwen25"
     reasoning_parser: str | None = "qwen3"
     max_context: int | None = None
@@ -84,8 +87,11 @@ class AdapterServer:
 
                 tokenizer = load_tokenizer(tokenizer)
             # Our Qwen3-style template writes XML calls when asked; other templates ignore it.
-            xml = {"tool_call_format": "xml"} if config.tool_parser == "qwen3_coder" else {}
-            renderer = Renderer(tokenizer, template_kwargs=xml)
+            kwargs = config.template_kwargs
+            if kwargs is None:
+                xml = config.tool_parser == "qwen3_coder"
+                kwargs = {"tool_call_format": "xml"} if xml else {}
+            renderer = Renderer(tokenizer, template_kwargs=kwargs)
         self.renderer = renderer
         self.sglang = SGLangClient(
             config.sglang_url,

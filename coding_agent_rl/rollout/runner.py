@@ -45,6 +45,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from coding_agent_rl.adapter.pool import AdapterPool
 from coding_agent_rl.adapter.server import AdapterServer
 from coding_agent_rl.adapter.sessions import new_session_id
 from coding_agent_rl.datasets.prompt import render_prompt
@@ -84,7 +85,7 @@ class RolloutRunner:
     def __init__(
         self,
         *,
-        adapter: AdapterServer | None,
+        adapter: AdapterServer | AdapterPool | None,
         adapter_url: str,
         harness: BaseHarness | None,
         config: RolloutConfig,
@@ -93,11 +94,14 @@ class RolloutRunner:
         run_id: str | None = None,
         network: AgentNetwork | None = None,
         node: str | None = None,
+        url_for: Callable[[str], str] | None = None,
     ):
-        """``adapter_url``: the adapter as the agent sandbox sees it (``network.public_url``).
+        """``adapter_url``: the adapter as the agent sandbox sees it (``network.public_url``);
+        ``url_for(sid)`` instead, where each session has its own (an ``AdapterPool``'s process).
         ``adapter`` and ``harness`` are None for a runner without an agent CLI (native)."""
         self._adapter = adapter
         self.adapter_url = adapter_url
+        self.url_for = url_for or (lambda _sid: adapter_url)
         self.harness = harness
         self.config = config
         self.network = network or AgentNetwork(
@@ -110,7 +114,7 @@ class RolloutRunner:
         self.agent = AgentPhase(config, harness, self.network)
 
     @property
-    def adapter(self) -> AdapterServer:
+    def adapter(self) -> AdapterServer | AdapterPool:
         assert self._adapter is not None, "this runner has no adapter"
         return self._adapter
 
@@ -263,7 +267,7 @@ class RolloutRunner:
                 stack.push_async_callback(sb.close)
                 with timings.step("adapter_attach"):
                     stop_listener = await self.network.attach(
-                        sb, self.adapter, self.adapter_url, sid
+                        sb, self.adapter, self.url_for(sid), sid
                     )
                 if stop_listener is not None:
                     stack.push_async_callback(stop_listener)
@@ -276,7 +280,7 @@ class RolloutRunner:
                     base_commit = await self.agent.prepare_repo(sb, row)
             with timings.phase("install_s"):
                 ctx = HarnessContext(
-                    adapter_url=self.adapter_url,
+                    adapter_url=self.url_for(sid),
                     session_id=sid,
                     model=cfg.model_name,
                     workdir=row.workdir,

@@ -38,6 +38,9 @@ class RuntimeConfig:
     # sets it per worker. None: the host name of the machine the runtime starts on (resolved
     # there, so a config built on a driver and shipped to a worker names the worker's host).
     node: str | None = None
+    # Adapter processes (``adapter/pool.py``); None: ``settings.adapter_processes`` (default 1:
+    # the adapter serves from this process).
+    adapter_processes: int | None = None
 
     def __post_init__(self) -> None:
         if bool(self.sglang_url) == bool(self.policy):
@@ -114,20 +117,22 @@ class Runtime:
             self.runner = self._native_runner(sglang_url, on_open)
             return self
         sampling = {"max_new_tokens": 4096, **cfg.sampling_defaults}
-        self.adapter = AdapterServer(
-            AdapterConfig(
-                sglang_url=sglang_url,
-                renderer=Renderer(self.tokenizer),
-                tool_parser=cfg.tool_parser,
-                reasoning_parser=cfg.reasoning_parser,
-                max_context=cfg.rollout.max_context,
-                sampling_defaults=sampling,
-                model_name=cfg.rollout.model_name,
-                images=cfg.images,
-                vision=self.vision,
-            )
+        adapter_config = AdapterConfig(
+            sglang_url=sglang_url,
+            renderer=Renderer(self.tokenizer),
+            tool_parser=cfg.tool_parser,
+            reasoning_parser=cfg.reasoning_parser,
+            max_context=cfg.rollout.max_context,
+            sampling_defaults=sampling,
+            model_name=cfg.rollout.model_name,
+            images=cfg.images,
+            vision=self.vision,
         )
         bind = network.bind_host()
+        processes = cfg.adapter_processes or settings.current().adapter_processes
+        if processes > 1:
+            return await self._start_pool(processes, adapter_config, network, on_open)
+        self.adapter = AdapterServer(adapter_config)
         port = cfg.adapter_port or settings.current().adapter_port or 0
         if cfg.in_thread:
             local_url = self.adapter.start_in_thread(bind, port)
@@ -154,15 +159,58 @@ class Runtime:
         )
         return self
 
-    def _load_vision(self) -> Any:
-        """The image processor: ``vision``, else the hf: policy's directory when it is a VLM."""
-        from coding_agent_rl.multimodal.processor import VisionProcessor
+    async def _start_pool(
+        self, processes: int, adapter_config: Any, network: Any, on_open: Any
+    ) -> Runtime:
+        """``processes`` adapter processes; each session's sandbox reaches its own process."""
+        from coding_agent_rl.adapter.pool import AdapterPool
+        from coding_agent_rl.harness import get_harness
+
+        cfg = self.config
+        # The children load the tokenizer and the image processor themselves, and render with
+        # the template arguments of the in-process adapter's Renderer (none).
+        pool_config = dataclasses.replace(
+            adapter_config,
+            renderer=None,
+            tokenizer=cfg.tokenizer,
+            template_kwargs={},
+            vision=self._vision_path(),
+        )
+        if cfg.adapter_port or settings.current().adapter_port:
+            log.warning("adapter_port is ignored with %d adapter processes", processes)
+        self.adapter = pool = AdapterPool(processes, pool_config)
+        urls = await pool.start(network.bind_host())
+        log.info(
+            "%d adapter processes on %s; agent network %s", processes, ", ".join(urls), network.mode
+        )
+        self.runner = RolloutRunner(
+            adapter=pool,
+            adapter_url=network.public_url(pool.ports()[0]),
+            harness=get_harness(cfg.agent, **cfg.harness_options),
+            config=cfg.rollout,
+            decode=lambda ids: self.tokenizer.decode(ids),
+            on_session_open=on_open,
+            network=network,
+            node=cfg.node,
+            url_for=lambda sid: network.public_url(pool.port_for(sid)),
+        )
+        return self
+
+    def _vision_path(self) -> str | None:
+        """``vision``, else the hf: policy's directory when it is a VLM, else None."""
         from coding_agent_rl.policy.tiny_vlm import is_vision_checkpoint
 
         path = self.config.vision
         policy = self.config.policy or ""
         if path is None and policy.startswith("hf:") and is_vision_checkpoint(policy[3:]):
             path = policy[3:]
+        return path
+
+    def _load_vision(self) -> Any:
+        """The image processor of :meth:`_vision_path`, or None (a text-only policy)."""
+        from coding_agent_rl.multimodal.processor import VisionProcessor
+
+        path = self._vision_path()
         return None if path is None else VisionProcessor.load(path, self.tokenizer)
 
     def _native_runner(self, sglang_url: str | None, on_open: Any) -> Any:
@@ -191,7 +239,11 @@ class Runtime:
         if self.engine is not None:
             await self.engine.close()
         if self.adapter is not None:
-            if self.config.in_thread:
+            from coding_agent_rl.adapter.pool import AdapterPool
+
+            if isinstance(self.adapter, AdapterPool):
+                await self.adapter.stop()
+            elif self.config.in_thread:
                 self.adapter.stop_thread()
             else:
                 await self.adapter.stop()

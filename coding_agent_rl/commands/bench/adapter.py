@@ -1,4 +1,5 @@
-"""``coding-agent-rl bench adapter``: incremental vs full prompt rendering on a long agent session.
+"""``coding-agent-rl bench adapter``: incremental vs full prompt rendering on a long agent session;
+with ``--sessions``, one node's adapter capacity instead (``adapter_capacity.py``).
 
 A synthetic Claude-Code-sized session (a ~16k-token system prompt, 20 tools with JSON schemas,
 then assistant tool calls and tool results until the history reaches ``--context`` tokens) goes
@@ -121,12 +122,68 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--tokenizer", default="qwen3", help="'qwen3' or a tokenizer directory")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
+    capacity = parser.add_argument_group(
+        "capacity (with --sessions): turns/s of concurrent agent sessions over real HTTP"
+    )
+    capacity.add_argument(
+        "--sessions", type=int, help="concurrent sessions (measures capacity instead of rendering)"
+    )
+    capacity.add_argument("--turns", type=int, default=20, help="turns per session")
+    capacity.add_argument("--processes", type=int, default=1, help="adapter processes")
+    capacity.add_argument(
+        "--policy",
+        choices=("canned", "scripted"),
+        default="canned",
+        help="canned: one pre-encoded reply (measures the adapter); scripted: with policy cost",
+    )
+    capacity.add_argument(
+        "--system-tokens", type=int, default=16000, help="instructions in each first prompt"
+    )
+    capacity.add_argument(
+        "--rounds", type=int, default=2, help="rounds, alternating adapter and direct runs"
+    )
+    capacity.add_argument(
+        "--no-baseline", action="store_true", help="skip the direct /generate baseline run"
+    )
     add_check_argument(parser)
+
+
+def run_capacity(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from coding_agent_rl.commands.bench.adapter_capacity import measure
+    from coding_agent_rl.errors import UserError
+
+    if args.sessions < 1 or args.turns < 2 or args.processes < 1 or args.rounds < 1:
+        raise UserError("--sessions, --processes and --rounds must be >= 1 and --turns >= 2")
+    if args.system_tokens < 100:
+        raise UserError("--system-tokens must be at least 100")
+    result = asyncio.run(
+        measure(
+            sessions=args.sessions,
+            turns=args.turns,
+            processes=args.processes,
+            policy=args.policy,
+            system_tokens=args.system_tokens,
+            seed=args.seed,
+            baseline=not args.no_baseline,
+            rounds=args.rounds,
+        )
+    )
+    # Every turn must come back recorded; throughput has no fixed target on a shared machine.
+    targets = {"recorded_fraction": ("==", 1.0)}
+    expected = args.sessions * args.turns * args.rounds
+    result["recorded_fraction"] = result["recorded_turns"] / expected
+    result["targets"] = {k: f"{op} {v:g}" for k, (op, v) in targets.items()}
+    result["targets_missed"] = missed_targets(result, targets)
+    return report("adapter", result, args)
 
 
 def run(args: argparse.Namespace) -> int:
     from coding_agent_rl.errors import UserError
 
+    if args.sessions is not None:
+        return run_capacity(args)
     if args.context < 24000:
         raise UserError("--context must be at least 24000 (the first prompt alone is ~23k)")
     result = run_session(args.context, args.seed, args.tokenizer, max(1, args.repeat))
