@@ -1,4 +1,5 @@
-"""Shared test plumbing: real-engine markers that skip loudly, and fail under CI=true."""
+"""Shared test plumbing: real-engine markers that skip loudly; under CI=true every skip is a
+failure (nothing is silently left out of CI). Scale runs are deselected unless asked for."""
 
 from __future__ import annotations
 
@@ -26,6 +27,11 @@ def docker_engine_reason() -> str | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("CODING_AGENT_RL_SCALE") != "1":  # minutes and ~10 GB: opt in
+        scale = [item for item in items if "scale" in item.keywords]
+        if scale:
+            config.hook.pytest_deselected(items=scale)
+            items[:] = [item for item in items if "scale" not in item.keywords]
     reason = None
     if any("docker" in item.keywords for item in items):
         reason = docker_engine_reason()
@@ -41,6 +47,17 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         raise pytest.UsageError(
             f"CI=true but {docker_engine_reason()}: docker tests cannot be skipped"
         )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """Under CI=true a skipped test fails, with its reason (an expected failure stays one)."""
+    outcome = yield
+    report = outcome.get_result()
+    if IN_CI and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"CI=true: a skipped test is a failure here: {reason}"
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
