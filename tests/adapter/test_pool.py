@@ -17,32 +17,21 @@ import uuid
 
 import aiohttp
 import pytest
+from support.adapter_clients import BASH
 
 from coding_agent_rl.adapter.pool import AdapterPool, sessions_per_process
 from coding_agent_rl.adapter.server import AdapterConfig, AdapterServer
 from coding_agent_rl.policy.scripted import ScriptedPolicy
 from coding_agent_rl.policy.server import PolicyServer
+from coding_agent_rl.sandbox import owner
 
-BASH = {
-    "name": "Bash",
-    "description": "Run a shell command.",
-    "input_schema": {
-        "type": "object",
-        "properties": {"command": {"type": "string"}},
-        "required": ["command"],
-    },
-}
 SCRIPT = {"rules": [{"match": ".", "tool": {"name": "Bash", "arguments": {"command": "ls"}}}]}
 TURNS = 3
 
 
 def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+    """Whether ``pid`` runs (a zombie counts as gone): the owner check the reaper uses."""
+    return owner.start_time(pid) is not None
 
 
 @pytest.fixture

@@ -11,15 +11,14 @@ import itertools
 import pytest
 from support.rollout_helpers import base_sample, check_outcome, containers, runtime
 
+from coding_agent_rl.sandbox import owner
+
 pytestmark = [pytest.mark.docker, pytest.mark.agents]
 
 
 def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+    """Whether ``pid`` runs (a zombie counts as gone): the owner check the reaper uses."""
+    return owner.start_time(pid) is not None
 
 
 async def test_rollouts_over_two_adapter_processes(rows):
