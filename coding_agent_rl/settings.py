@@ -171,7 +171,7 @@ class Settings(BaseSettings):
     deadline (default 3600 s)."""
     e2b_max_lifetime_s: int = Field(3600, ge=1, validation_alias=_env("E2B_MAX_LIFETIME_S"))
     """The longest sandbox lifetime your E2B plan allows, seconds (Hobby/Base: 3600, Pro:
-    86400); a longer ``e2b_lifetime_s`` is refused at start."""
+    86400); a longer ``e2b_lifetime_s`` is refused at start (and by every e2b sandbox)."""
     e2b_adapter_dns: bool = Field(False, validation_alias=_env("E2B_ADAPTER_DNS"))
     """``adapter-only`` on E2B with ``ADAPTER_PUBLIC_HOST`` a host name: keep the name and let
     E2B open its public DNS resolver (8.8.8.8) to the sandbox. Default: the name is resolved
@@ -209,7 +209,7 @@ class Settings(BaseSettings):
     @classmethod
     def _lifetime_within_plan(cls, value: int, info: ValidationInfo) -> int:
         lifetime = info.data.get("e2b_lifetime_s")
-        if lifetime is not None and lifetime > value:
+        if info.data.get("sandbox") == "e2b" and lifetime is not None and lifetime > value:
             raise ValueError(
                 f"the E2B sandbox lifetime CODING_AGENT_RL_E2B_LIFETIME_S={lifetime} s exceeds "
                 f"the plan's maximum CODING_AGENT_RL_E2B_MAX_LIFETIME_S={value} s: lower the "

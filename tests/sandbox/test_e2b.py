@@ -311,8 +311,9 @@ async def test_lifetime_above_the_plan_maximum_is_refused_up_front_against_sdk_s
     with pytest.raises(ValueError, match=r"lifetime 3900 s exceeds the plan's maximum 3600 s"):
         create_sandbox("e2b", IMAGE, lifetime_s=3900)
     monkeypatch.setenv("CODING_AGENT_RL_E2B_LIFETIME_S", "3900")
+    assert settings.load(sandbox="docker").e2b_lifetime_s == 3900  # not E2B: nothing to refuse
     with pytest.raises(UserError) as refused:
-        settings.load()
+        settings.load(sandbox="e2b")
     assert "\n" not in str(refused.value)
     assert "CODING_AGENT_RL_E2B_LIFETIME_S=3900" in str(refused.value)
     assert "CODING_AGENT_RL_E2B_MAX_LIFETIME_S=3600" in str(refused.value)
