@@ -17,6 +17,8 @@ import pyqwest
 import pytest
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
+from e2b.sandbox_async.commands.command import Commands
+from e2b.sandbox_async.filesystem.filesystem import Filesystem
 from support import BASE_IMAGE
 from support.e2b_stand_in import CALLS
 
@@ -28,8 +30,8 @@ from coding_agent_rl.sandbox import e2b as backend
 IMAGE = BASE_IMAGE
 REAL = {  # the SDK classes our backend's objects are instances of
     "AsyncSandbox": e2b.AsyncSandbox,
-    "Commands": backend.e2b.sandbox_async.commands.command.Commands,
-    "Filesystem": backend.e2b.sandbox_async.filesystem.filesystem.Filesystem,
+    "Commands": Commands,
+    "Filesystem": Filesystem,
     "AsyncCommandHandle": e2b.AsyncCommandHandle,
 }
 
