@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -165,9 +165,17 @@ class Settings(BaseSettings):
         validation_alias=_env("E2B_METADATA_KEY", "SLIME_AGENT_SANDBOX_IMAGE_METADATA_KEY"),
     )
     """Row metadata key naming the E2B template per task (slime's convention)."""
-    e2b_lifetime_s: int = Field(3900, ge=1, validation_alias=_env("E2B_LIFETIME_S"))
+    e2b_lifetime_s: int = Field(3600, ge=1, validation_alias=_env("E2B_LIFETIME_S"))
     """E2B sandbox time-to-live (the SDK's ``timeout`` at create), seconds: a dead run's
-    sandboxes expire by it. Keep it above the rollout deadline (default 3600 s)."""
+    sandboxes expire by it. At most ``e2b_max_lifetime_s``; keep it at or above the rollout
+    deadline (default 3600 s)."""
+    e2b_max_lifetime_s: int = Field(3600, ge=1, validation_alias=_env("E2B_MAX_LIFETIME_S"))
+    """The longest sandbox lifetime your E2B plan allows, seconds (Hobby/Base: 3600, Pro:
+    86400); a longer ``e2b_lifetime_s`` is refused at start (and by every e2b sandbox)."""
+    e2b_adapter_dns: bool = Field(False, validation_alias=_env("E2B_ADAPTER_DNS"))
+    """``adapter-only`` on E2B with ``ADAPTER_PUBLIC_HOST`` a host name: keep the name and let
+    E2B open its public DNS resolver (8.8.8.8) to the sandbox. Default: the name is resolved
+    on this host and the sandbox dials the IP with no DNS server reachable."""
 
     # ---- agent CLIs ------------------------------------------------------------------------
     agent_vars: dict[str, str] = Field({}, validation_alias=AliasChoices("agent_vars"))
@@ -196,6 +204,18 @@ class Settings(BaseSettings):
     @classmethod
     def _expand(cls, value: pathlib.Path | None) -> pathlib.Path | None:
         return value.expanduser() if value is not None else None
+
+    @field_validator("e2b_max_lifetime_s", mode="after")
+    @classmethod
+    def _lifetime_within_plan(cls, value: int, info: ValidationInfo) -> int:
+        lifetime = info.data.get("e2b_lifetime_s")
+        if info.data.get("sandbox") == "e2b" and lifetime is not None and lifetime > value:
+            raise ValueError(
+                f"the E2B sandbox lifetime CODING_AGENT_RL_E2B_LIFETIME_S={lifetime} s exceeds "
+                f"the plan's maximum CODING_AGENT_RL_E2B_MAX_LIFETIME_S={value} s: lower the "
+                "lifetime, or set the maximum to your E2B plan's (Pro: 86400)"
+            )
+        return value
 
     @field_validator("rollout_deadline_s", "adapter_port", mode="after")
     @classmethod

@@ -6,16 +6,24 @@ template comes from option ``template`` or ``SLIME_AGENT_E2B_TEMPLATE`` (else th
 otherwise the image *is* the template. Commands run as the leader of a new session, so a timeout
 kills everything they started (:mod:`coding_agent_rl.sandbox.reaper`).
 
-Network (``network`` option): ``open`` (E2B's default: the internet), ``none`` (the SDK's
-internet switch off: ``allow_internet_access=False``; grading uses it) and ``adapter-only``
-(the SDK's egress filter: ``allow_out`` = the adapter's public address, everything else denied,
-no DNS server). What E2B cannot enforce: the filter works on addresses, not ports (every port of
-the adapter's host answers), and the adapter must be reachable from E2B's cloud, i.e. listen on
-a public address. Memory, CPUs and disk come with the template, not per sandbox.
+Network (``network`` option): ``open`` (E2B's default: the internet), ``none``
+(``allow_internet_access=False``; grading uses it) and ``adapter-only`` (the SDK's egress filter:
+``allow_out`` = the adapter's address, everything else denied, no DNS server). A name in
+``allow_out`` needs a resolver, which E2B opens to the internet (8.8.8.8): refused unless option
+``dns`` is on; an adapter given by name (``ADAPTER_PUBLIC_HOST``) is resolved on this host and
+dialled by IP unless ``CODING_AGENT_RL_E2B_ADAPTER_DNS`` asks for the name. The filter works on
+addresses, not ports, and the adapter must listen on a public address. Memory, CPUs and disk
+come with the template, not per sandbox.
 
-Orphans: every sandbox is created with a time-to-live (option ``lifetime_s``, default
-``settings.e2b_lifetime_s``, above the rollout deadline), so the sandboxes of a run that died
-without closing them expire in E2B by themselves; there is nothing to reap from here.
+Lifetime: every sandbox gets a time-to-live (option ``lifetime_s``, default
+``settings.e2b_lifetime_s`` = 3600 s), checked against the plan's maximum (``max_lifetime_s``):
+a dead run's sandboxes expire in E2B by themselves; there is nothing to reap from here.
+
+Failures: idempotent calls are retried on the SDK's transient errors, the transport drops
+included (connectrpc's ``ConnectError`` from envd streams, httpx / pyqwest errors); ``create``
+carries an idempotency key that every retry reuses, so a lost answer never leaves a second billed
+sandbox (an SDK without keys retries ``create`` only when E2B refused it). Uploads go as
+``application/octet-stream`` with a request timeout scaled by size (:func:`upload_timeout`).
 """
 
 from __future__ import annotations
@@ -23,12 +31,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import inspect
 import ipaddress
 import posixpath
 import random
 import shlex
+import socket
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -57,6 +68,9 @@ T = TypeVar("T")
 # The SDK class every call goes through; tests swap in a stand-in with the same surface.
 AsyncSandbox = e2b.AsyncSandbox
 
+UPLOAD_MIN_RATE = 1 << 20  # bytes/s: the slowest link an upload's timeout allows for
+ALL_TRAFFIC = "0.0.0.0/0"
+
 
 class _Never(Exception):
     """Stands for an exception class this SDK version does not have."""
@@ -66,15 +80,42 @@ def _sdk_error(name: str) -> type[Exception]:
     return getattr(e2b, name, _Never)
 
 
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """The connection-level errors of the libraries under the SDK: connectrpc (envd's command
+    and filesystem streams) and pyqwest (its HTTP transport); httpx's are always there."""
+    found: list[type[BaseException]] = [httpx.TransportError, ConnectionError]
+    with contextlib.suppress(ImportError):
+        import pyqwest
+
+        found += [pyqwest.ReadError, pyqwest.WriteError, pyqwest.StreamError]
+    return tuple(found)
+
+
+try:
+    from connectrpc.code import Code
+    from connectrpc.errors import ConnectError
+
+    # envd stream codes that say the connection, not the request, failed.
+    _CONNECT_TRANSIENT = frozenset(
+        {
+            Code.UNAVAILABLE,
+            Code.UNKNOWN,
+            Code.ABORTED,
+            Code.INTERNAL,
+            Code.RESOURCE_EXHAUSTED,
+            Code.DEADLINE_EXCEEDED,
+        }
+    )
+except ImportError:  # an SDK from before connectrpc
+    ConnectError = _Never  # type: ignore[assignment,misc]
+    _CONNECT_TRANSIENT = frozenset()
+
 # The sandbox is gone (killed, expired): retrying cannot help.
 _GONE = (_sdk_error("SandboxNotRunningException"), _sdk_error("SandboxNotFoundException"))
+# E2B refused the call: nothing was done, so even a non-idempotent call may be sent again.
+_REFUSED = (_sdk_error("RateLimitException"), _sdk_error("ServiceBusyException"))
 # The request may not have reached the sandbox, or its answer was lost.
-_TRANSPORT = (
-    httpx.TransportError,
-    _sdk_error("SandboxUnreachableException"),
-    _sdk_error("RateLimitException"),
-    _sdk_error("ServiceBusyException"),
-)
+_TRANSPORT = (*_transport_errors(), _sdk_error("SandboxUnreachableException"), *_REFUSED)
 
 
 @dataclasses.dataclass
@@ -82,6 +123,7 @@ class E2BOptions:
     template: str | None = None  # default: the image (or $SLIME_AGENT_E2B_TEMPLATE, see above)
     # The sandbox's time-to-live in E2B (the SDK's timeout): a dead run's sandboxes expire.
     lifetime_s: int | None = None  # default: settings.e2b_lifetime_s
+    max_lifetime_s: int | None = None  # the plan's maximum; default settings.e2b_max_lifetime_s
     api_key: str | None = None  # default: $E2B_API_KEY (read by the SDK)
     metadata: dict[str, str] | None = None
     env: dict[str, str] | None = None  # environment of every command
@@ -89,7 +131,9 @@ class E2BOptions:
     output_cap: int = DEFAULT_OUTPUT_CAP
     retries: int = 3  # transport retries (idempotent calls only)
     network: str = "open"  # "open" | "none" | "adapter-only" (then allow_out is required)
-    allow_out: list[str] | None = None  # adapter-only: the addresses (IPs, CIDRs, names) allowed
+    allow_out: list[str] | None = None  # adapter-only: the addresses (IPs, CIDRs) allowed
+    dns: bool = False  # adapter-only: names in allow_out, E2B's public resolver reachable
+    upload_timeout_s: float = 600.0  # the least request timeout of an upload (see upload_timeout)
 
 
 def _is_address(value: str) -> bool:
@@ -100,9 +144,31 @@ def _is_address(value: str) -> bool:
     return True
 
 
-def _transient(e: BaseException) -> bool:
+@functools.lru_cache(maxsize=64)
+def resolve_adapter(name: str) -> str:
+    """The IPv4 address of ``name`` as this host resolves it (once per process, so the filter
+    and the agent's URL agree); raises :class:`NetworkUnsupported` when it does not resolve."""
+    try:
+        infos = socket.getaddrinfo(name, None, family=socket.AF_INET, type=socket.SOCK_STREAM)
+    except OSError as e:
+        raise NetworkUnsupported(
+            f"ADAPTER_PUBLIC_HOST={name!r} does not resolve on this host ({e}); give the "
+            "adapter's IP address (or set CODING_AGENT_RL_E2B_ADAPTER_DNS=1 to let E2B resolve it)"
+        ) from None
+    return str(infos[0][4][0])
+
+
+def upload_timeout(size: int, floor: float) -> float:
+    """An upload's request timeout: ``floor`` seconds, more for what a 1 MiB/s link needs."""
+    return max(floor, size / UPLOAD_MIN_RATE)
+
+
+def transient(e: BaseException) -> bool:
+    """Whether ``e`` says the call may not have happened (or its answer was lost)."""
     if isinstance(e, _GONE):
         return False
+    if isinstance(e, ConnectError):
+        return e.code in _CONNECT_TRANSIENT
     if isinstance(e, (*_TRANSPORT, e2b.TimeoutException)):
         return True
     status = getattr(e, "status_code", None)
@@ -112,6 +178,10 @@ def _transient(e: BaseException) -> bool:
 def _backoff(state: tenacity.RetryCallState) -> float:
     """0.5 s doubling per attempt up to 8 s, times 1-2 (jitter: many sandboxes retry at once)."""
     return min(8.0, 0.5 * 2 ** (state.attempt_number - 1)) * (1 + random.random())
+
+
+def _accepts(method: Any, name: str) -> bool:
+    return name in inspect.signature(method).parameters
 
 
 class E2BSandbox(Sandbox):
@@ -127,25 +197,50 @@ class E2BSandbox(Sandbox):
             )
         if self.opts.network == "adapter-only" and not self.opts.allow_out:
             raise ValueError("e2b network 'adapter-only' needs allow_out (the adapter's address)")
+        names = [a for a in self.opts.allow_out or [] if not _is_address(a)]
+        if names and not self.opts.dns:
+            raise ValueError(
+                f"e2b allow_out names {', '.join(names)}: a name needs DNS, which opens E2B's "
+                "public resolver to the sandbox; give IP addresses, or set option dns=true"
+            )
         super().__init__(image, output_cap=self.opts.output_cap)
-        self.metadata = dict(self.opts.metadata or {})
         conf = settings.current()
+        self.lifetime_s = self.opts.lifetime_s or conf.e2b_lifetime_s
+        most = self.opts.max_lifetime_s or conf.e2b_max_lifetime_s
+        if self.lifetime_s > most:
+            raise ValueError(
+                f"e2b sandbox lifetime {self.lifetime_s} s exceeds the plan's maximum {most} s "
+                "(options lifetime_s / max_lifetime_s, CODING_AGENT_RL_E2B_LIFETIME_S / "
+                "CODING_AGENT_RL_E2B_MAX_LIFETIME_S)"
+            )
+        self.metadata = dict(self.opts.metadata or {})
         if key := conf.e2b_metadata_key:
             self.metadata[key] = image
             self.template = self.opts.template or conf.e2b_template
         else:
             self.template = self.opts.template or image
+        # One key for every attempt of this sandbox's create (E2B: lowercase, digits, hyphens).
+        self.idempotency_key = str(uuid.uuid4())
         self._sbx: Any = None
 
     @property
     def sandbox_id(self) -> str:
         return self._sbx.sandbox_id if self._sbx is not None else ""
 
-    async def _retry(self, call: Callable[[], Awaitable[T]], *, idempotent: bool) -> T:
+    async def _retry(
+        self,
+        call: Callable[[], Awaitable[T]],
+        *,
+        idempotent: bool,
+        again: Callable[[BaseException], bool] | None = None,
+    ) -> T:
+        """``call``, again after a transient error when ``idempotent`` (``again``: a predicate
+        that replaces :func:`transient`)."""
+        retry_on = again or transient
         async for attempt in tenacity.AsyncRetrying(
             stop=tenacity.stop_after_attempt(self.opts.retries + 1),
             wait=_backoff,
-            retry=tenacity.retry_if_exception(lambda e: idempotent and _transient(e)),
+            retry=tenacity.retry_if_exception(lambda e: idempotent and retry_on(e)),
             reraise=True,
         ):
             with attempt:
@@ -156,6 +251,15 @@ class E2BSandbox(Sandbox):
         raise AssertionError("unreachable")
 
     # ---- capabilities ----------------------------------------------------------------------------
+    @classmethod
+    def public_host(cls, network: str = "bridge") -> str:
+        """The adapter's address; with ``adapter-only`` a name is resolved here (no DNS inside)
+        unless ``CODING_AGENT_RL_E2B_ADAPTER_DNS`` is set."""
+        host = super().public_host(network)
+        if network != "adapter-only" or _is_address(host) or settings.current().e2b_adapter_dns:
+            return host
+        return resolve_adapter(host)
+
     @classmethod
     def network_options(cls, mode: str, adapter_host: str | None = None) -> dict[str, Any]:
         params = inspect.signature(AsyncSandbox.create).parameters
@@ -170,6 +274,10 @@ class E2BSandbox(Sandbox):
                 raise NetworkUnsupported("this e2b SDK has no egress filter (network=...)")
             if not adapter_host:
                 raise NetworkNeedsAddress("adapter-only on e2b needs the adapter's public address")
+            if not _is_address(adapter_host):
+                if settings.current().e2b_adapter_dns:
+                    return {"network": "adapter-only", "allow_out": [adapter_host], "dns": True}
+                adapter_host = resolve_adapter(adapter_host)
             return {"network": "adapter-only", "allow_out": [adapter_host]}
         raise NetworkUnsupported(f"unknown network mode {mode!r}")
 
@@ -177,14 +285,12 @@ class E2BSandbox(Sandbox):
         if self.opts.network == "none":
             return {"allow_internet_access": False}
         if self.opts.network == "adapter-only":
-            allow = list(self.opts.allow_out or [])
-            names = any(not _is_address(a) for a in allow)
             return {
                 "network": {
-                    "allow_out": allow,
-                    "deny_out": ["0.0.0.0/0"],
-                    # No DNS server unless a name must be resolved (then E2B's default).
-                    **({} if names else {"dns_servers": []}),
+                    "allow_out": list(self.opts.allow_out or []),
+                    "deny_out": [ALL_TRAFFIC],
+                    # No resolver at all unless a name must be resolved (then E2B's default).
+                    **({} if self.opts.dns else {"dns_servers": []}),
                 }
             }
         return {}
@@ -194,15 +300,22 @@ class E2BSandbox(Sandbox):
         kwargs: dict[str, Any] = {
             "template": self.template,
             # A time-to-live: should this process die, E2B removes the sandbox by itself.
-            "timeout": self.opts.lifetime_s or settings.current().e2b_lifetime_s,
+            "timeout": self.lifetime_s,
             "metadata": self.metadata or None,
             "envs": self.opts.env,
             **self._network_kwargs(),
         }
         if self.opts.api_key:
             kwargs["api_key"] = self.opts.api_key
+        again: Callable[[BaseException], bool] = transient
+        if _accepts(AsyncSandbox.create, "idempotency_key"):
+            kwargs["idempotency_key"] = self.idempotency_key  # a retry gets the same sandbox
+        else:  # a lost answer may have made a sandbox: only a refusal is safe to send again
+            again = lambda e: isinstance(e, _REFUSED)  # noqa: E731
         try:
-            self._sbx = await self._retry(lambda: AsyncSandbox.create(**kwargs), idempotent=True)
+            self._sbx = await self._retry(
+                lambda: AsyncSandbox.create(**kwargs), idempotent=True, again=again
+            )
         except Exception as e:
             status = getattr(e, "status_code", None)
             if isinstance(e, e2b.NotFoundException) or status == 404:
@@ -227,7 +340,7 @@ class E2BSandbox(Sandbox):
         err: CappedBuffer,
     ) -> Any:
         kwargs: dict[str, Any] = {}
-        if "retain_output" in inspect.signature(self._sbx.commands.run).parameters:
+        if _accepts(self._sbx.commands.run, "retain_output"):
             kwargs["retain_output"] = False  # our capped buffers keep the output
         return await self._sbx.commands.run(
             session_wrapped(cmd),
@@ -243,9 +356,12 @@ class E2BSandbox(Sandbox):
 
     async def _reap(self, token: str, handle: Any) -> None:
         with contextlib.suppress(Exception):
-            await self._sbx.commands.run(kill_command(token), user="root", timeout=30)
-        with contextlib.suppress(Exception):
-            await handle.kill()
+            await self._sbx.commands.run(
+                kill_command(token), user="root", timeout=30, request_timeout=30
+            )
+        if handle is not None:
+            with contextlib.suppress(Exception):
+                await handle.kill()
 
     async def _exec_once(
         self,
@@ -259,7 +375,11 @@ class E2BSandbox(Sandbox):
         token = new_token()
         envs = {**(self.opts.env or {}), **(env or {}), TOKEN_ENV: token}
         out, err = CappedBuffer(self.output_cap), CappedBuffer(self.output_cap)
-        handle = await self._start(cmd, user, envs, cwd or self.opts.workdir, out, err)
+        try:
+            handle = await self._start(cmd, user, envs, cwd or self.opts.workdir, out, err)
+        except BaseException:  # the answer may be what was lost: the command may be running
+            await asyncio.shield(self._reap(token, None))
+            raise
         waiter = asyncio.ensure_future(handle.wait())
         try:
             result = await asyncio.wait_for(asyncio.shield(waiter), timeout)
@@ -304,8 +424,15 @@ class E2BSandbox(Sandbox):
     async def _write(self, path: str, data: bytes, *, user: str, mode: int | None) -> None:
         if not posixpath.isabs(path):
             raise ValueError(f"sandbox paths must be absolute: {path!r}")
+        kwargs: dict[str, Any] = {
+            "request_timeout": upload_timeout(len(data), self.opts.upload_timeout_s)
+        }
+        if _accepts(self._sbx.files.write, "use_octet_stream"):
+            kwargs["use_octet_stream"] = True  # the raw bytes, not a multipart form
         try:
-            await self._retry(lambda: self._sbx.files.write(path, data, user=user), idempotent=True)
+            await self._retry(
+                lambda: self._sbx.files.write(path, data, user=user, **kwargs), idempotent=True
+            )
         except SandboxError:
             raise
         except Exception as e:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -32,16 +32,19 @@ BACKEND_PARAMS = [
 
 
 @pytest.fixture
-def use_e2b_stand_in(monkeypatch: pytest.MonkeyPatch) -> type:
+def use_e2b_stand_in(monkeypatch: pytest.MonkeyPatch) -> Iterator[type]:
     """Route the e2b backend's SDK calls to the stand-in (E2B's cloud is unreachable here)."""
     from support.e2b_stand_in import StandInAsyncSandbox
 
     from coding_agent_rl.sandbox import e2b as e2b_backend
 
     monkeypatch.setattr(e2b_backend, "AsyncSandbox", StandInAsyncSandbox)
-    monkeypatch.delenv("SLIME_AGENT_SANDBOX_IMAGE_METADATA_KEY", raising=False)
-    StandInAsyncSandbox.created.clear()
-    return StandInAsyncSandbox
+    for name in ("SLIME_AGENT_SANDBOX_IMAGE_METADATA_KEY", "CODING_AGENT_RL_E2B_ADAPTER_DNS"):
+        monkeypatch.delenv(name, raising=False)
+    StandInAsyncSandbox.reset()
+    yield StandInAsyncSandbox
+    for box in list(StandInAsyncSandbox.live):  # what a test left behind (a lost create)
+        box._end()
 
 
 @pytest.fixture(params=BACKEND_PARAMS)

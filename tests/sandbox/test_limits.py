@@ -141,7 +141,7 @@ async def test_e2b_network_reaches_the_sdk(use_e2b_stand_in):
     created = use_e2b_stand_in.created
     for options in (
         {"network": "adapter-only", "allow_out": ["203.0.113.5"]},
-        {"network": "adapter-only", "allow_out": ["adapter.example.org"]},
+        {"network": "adapter-only", "allow_out": ["adapter.example.org"], "dns": True},
         sandbox_options_for("e2b", {}),
     ):
         async with create_sandbox("e2b", BASE_IMAGE, **options):
@@ -152,7 +152,9 @@ async def test_e2b_network_reaches_the_sdk(use_e2b_stand_in):
         "deny_out": ["0.0.0.0/0"],
         "dns_servers": [],
     }
-    assert "dns_servers" not in named["network"]  # a name needs a resolver
+    assert "dns_servers" not in named["network"]  # a name needs a resolver (asked for: dns)
+    with pytest.raises(ValueError, match="a name needs DNS"):
+        create_sandbox("e2b", "x", network="adapter-only", allow_out=["adapter.example.org"])
     assert grading["allow_internet_access"] is False
     assert grading_network("e2b") == "none" and grading_network("docker") == "none"
     with pytest.raises(ValueError, match="needs allow_out"):
