@@ -55,10 +55,14 @@ class Records:
     forged: list[str] = dataclasses.field(default_factory=list)  # evidence of tampering
     missing: list[str] = dataclasses.field(default_factory=list)  # gaps (not evidence alone)
 
+    late_removed: list[list[str]] = dataclasses.field(default_factory=list)
+
     @property
     def removed(self) -> list[tuple[str, str]]:
-        """New files the plugin itself removed before the tests ran (path, reason)."""
-        return [(str(x[0]), str(x[1])) for x in (self.start or {}).get("removed") or []]
+        """New files the plugin itself removed before the tests ran (path, reason): at start,
+        and once pytest had configured ``sys.path`` (the ``removed`` record)."""
+        early = (self.start or {}).get("removed") or []
+        return [(str(x[0]), str(x[1])) for x in [*early, *self.late_removed]]
 
 
 def _worst(old: str | None, new: str) -> str:
@@ -118,6 +122,12 @@ _FIELDS: dict[str, dict[str, tuple[Any, str]]] = {
             "a list of [path, reason]",
         )
     },
+    "removed": {
+        "removed": (
+            lambda x: isinstance(x, list) and all(_strs(v) and len(v) == 2 for v in x),
+            "a list of [path, reason]",
+        )
+    },
     "collected": {"ids": (lambda x: x is None or _strs(x), "a list of strings")},
     "collect_error": {"id": (lambda x: isinstance(x, str), "a string")},
     "test": {
@@ -157,6 +167,8 @@ def _apply(out: Records, record: dict[str, Any]) -> None:
         out.tests[test_id] = _worst(out.tests.get(test_id), str(record.get("s")))
         if record.get("rw"):
             out.rewritten[test_id] = [str(w) for w in record["rw"]]
+    elif kind == "removed":
+        out.late_removed += record.get("removed") or []
     elif kind == "final":
         out.final = record
 
