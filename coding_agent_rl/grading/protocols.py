@@ -210,7 +210,7 @@ async def _run_swepro(g: Graded) -> tuple[dict[str, str], TestRun]:
         try:
             for t in json.loads(await sb.read_file(f"{d}/parsed.json")).get("tests", []):
                 statuses[str(t["name"])] = str(t["status"]).upper()
-        except (ValueError, KeyError, TypeError, SandboxError):
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError, SandboxError):
             statuses = {}
     return statuses, run
 

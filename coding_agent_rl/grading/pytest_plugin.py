@@ -321,15 +321,14 @@ def pytest_configure(config):
         _REC.pytest_config = config
 
 
-@_hookimpl(trylast=True)
-def pytest_sessionstart(session):
-    """The new-module rule again, with the import roots of the real ``sys.path`` (pytest's ini
-    ``pythonpath`` and the initial conftests' directories are on it only now): a new
-    ``src/pdb.py`` under ``pythonpath = src`` is removed before anything imports ``pdb``."""
-    if _REC is None or not _REC.ours(session.config) or _REC.late_check is None:
+def _late_check():
+    """The new-module rule again, with the import roots of the real ``sys.path``: pytest's ini
+    ``pythonpath`` and the initial conftests' directories are on it only once the initial
+    conftests are loaded (and a conftest may add more), after this plugin was imported. A new
+    ``src/pdb.py`` under ``pythonpath = src`` is removed before pytest imports ``pdb``."""
+    if _REC is None or _REC.late_check is None:
         return
     new, names, here = _REC.late_check
-    _REC.late_check = None
     workdir = _REC.config["workdir"]
     left = [p for p in new if os.path.lexists(os.path.join(workdir, p))]
     extra = path_roots(workdir, skip=(here,))
@@ -339,6 +338,20 @@ def pytest_sessionstart(session):
         removed.append([rel, why])
     if removed:
         _REC.emit("removed", removed=removed)
+
+
+@_hookimpl(hookwrapper=True)
+def pytest_load_initial_conftests(early_config, parser, args):
+    yield  # pytest has put the ini ``pythonpath`` on sys.path and loaded the initial conftests
+    if _REC is not None and _REC.pytest_config is None:
+        _late_check()
+
+
+@_hookimpl(trylast=True)
+def pytest_sessionstart(session):
+    if _REC is not None and _REC.ours(session.config):
+        _late_check()
+        _REC.late_check = None
 
 
 def _rel(nodeid):

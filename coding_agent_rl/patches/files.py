@@ -59,7 +59,7 @@ def _unquote(s: str) -> tuple[str, str]:
                 out.append(int(s[i + 1 : i + 4], 8))
                 i += 4
                 continue
-            out.append(_ESCAPES.get(n, ord(n)))
+            out.extend(bytes([_ESCAPES[n]]) if n in _ESCAPES else _char_bytes(n))
             i += 2
             continue
         out.extend(_char_bytes(c))
@@ -198,13 +198,13 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
     return re.compile(("" if anchored else "(?:.*/)?") + body + "(?:/.*)?\\Z", re.DOTALL)
 
 
-MAX_PATH = 4096  # PATH_MAX: no file system takes a longer path
+MAX_PATH = 4096  # PATH_MAX, in bytes: no file system takes a longer path
 
 
 def path_matches(path: str, patterns: Iterable[str]) -> bool:
     """True when ``path`` (repository-relative) matches any pattern, or lies below one. A path
     longer than :data:`MAX_PATH` matches (it cannot be written; matching it would be slow)."""
-    if len(path) > MAX_PATH:
+    if len(path) > MAX_PATH or len(path.encode("utf-8", "surrogatepass")) > MAX_PATH:
         return True
     path = re.sub(r"/{2,}", "/", path)
     while path.startswith("./"):
