@@ -66,7 +66,7 @@ patch_text = st.lists(st.one_of(st.sampled_from(TOKENS), tricky_text), max_size=
 def test_patch_parsers_are_total(patch):
     sections = split_patch(patch)
     assert "".join(fp.text for fp in sections) in patch
-    kept, dropped = filter_patch(patch, ["conftest.py", "/x.py", "*.pth", "tests/"])
+    _, dropped = filter_patch(patch, ["conftest.py", "/x.py", "*.pth", "tests/"])
     assert all(path_matches(p, ["conftest.py", "/x.py", "*.pth", "tests/"]) for p in dropped)
     for path, added in screened_files(patch).items():
         assert path.endswith(".py") and all(n > 0 for n in added.numbers)
@@ -108,7 +108,7 @@ def test_paths_git_writes_come_back_exactly(folder, name):
     )
     (section,) = split_patch(patch + patch.replace(name, "other.py"))[:1]
     assert section.new_path == path and section.old_path is None
-    kept, dropped = filter_patch(patch, ["conftest.py", "*.pth"])
+    _, dropped = filter_patch(patch, ["conftest.py", "*.pth"])
     assert (dropped == [path]) == (name != "mod.py")
     if name == "mod.py":
         assert list(screened_files(patch)) == [path]

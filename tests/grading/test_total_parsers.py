@@ -169,7 +169,10 @@ def test_test_logs_and_reports_parse_to_fewer_results():
     assert parse_junit("<" * 100000) == {}
     bomb = (
         '<?xml version="1.0"?><!DOCTYPE l [<!ENTITY a "aaaaaaaaaa">'
-        + "".join(f'<!ENTITY {c} "{("&" + p + ";") * 10}">' for p, c in zip("abcdefg", "bcdefgh"))
+        + "".join(
+            f'<!ENTITY {c} "{("&" + p + ";") * 10}">'
+            for p, c in zip("abcdefg", "bcdefgh", strict=True)
+        )
         + ']><testsuite><testcase name="&h;"/></testsuite>'
     )
     assert parse_junit(bomb) == {}  # expat refuses the entity expansion
