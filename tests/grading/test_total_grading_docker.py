@@ -11,6 +11,7 @@ import textwrap
 
 import pytest
 
+from coding_agent_rl.datasets.schema import parse_row
 from coding_agent_rl.grading.diff import capture_diff
 from coding_agent_rl.grading.grade import grade
 from coding_agent_rl.grading.workspace import prepare_workspace
@@ -141,3 +142,40 @@ async def test_gitattributes_cannot_turn_the_capture_binary(example_rows):
     assert result.tampering == [
         "textkit/slug.py:14: imports test-framework internals (_pytest.python)"
     ]
+
+
+async def test_a_reward_file_saying_nan_is_no_result(example_rows, tmp_path):
+    """A verifier that copies a number the repository's code prints: ``nan`` used to clamp to
+    reward 1.0 (``min(1.0, nan)`` is 1.0); it is no reward at all (the control run decides)."""
+    base = example_rows["slugify"]
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test.sh").write_text(
+        "#!/bin/bash\ncd /testbed && python3 -c 'import textkit; print(getattr(textkit, \"SCORE\", 0))'"
+        " > /logs/verifier/reward.txt\n"
+    )
+    md = {
+        "instance_id": "harbor-nan",
+        "image": base.image,
+        "workdir": base.workdir,
+        "problem_statement": base.problem_statement,
+        "harbor_tests_dir": "tests",
+    }
+    row = parse_row({"metadata": md}, base_dir=tmp_path)
+    init = (base.build.context / "repo/textkit/__init__.py").read_text()
+    diff = make_raw(base, {"textkit/__init__.py": init + "SCORE = float('nan')\n"}, tmp_path)
+    result = await grade(row, diff)
+    assert (result.reward, result.failure_kind) == (0.0, "model"), result.reason
+    assert "wrote no reward file" in result.reason
+
+
+def make_raw(row, edits: dict[str, str], tmp_path) -> str:
+    repo = tmp_path / "raw-repo"
+    shutil.copytree(row.build.context / "repo", repo)
+    for args in (("init", "-q", "-b", "main"), ("add", "-A"), ("commit", "-qm", "base")):
+        subprocess.run([*GIT, *args], cwd=repo, check=True, capture_output=True)
+    for path, text in edits.items():
+        (repo / path).write_text(text)
+    subprocess.run([*GIT, "add", "-A"], cwd=repo, check=True)
+    out = subprocess.run([*GIT, "diff", "--cached"], cwd=repo, check=True, capture_output=True)
+    return out.stdout.decode()
