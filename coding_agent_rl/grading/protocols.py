@@ -284,7 +284,7 @@ async def _harbor_reward(sb: Sandbox) -> float | None:
         if r.exit_code != 0:
             continue
         try:
-            value = r.stdout.strip() if name == "reward.txt" else json.loads(r.stdout)
+            value: Any = r.stdout.strip() if name == "reward.txt" else json.loads(r.stdout)
             if isinstance(value, dict):
                 value = value.get("reward", next(iter(value.values())) if len(value) == 1 else None)
             reward = float(value)
