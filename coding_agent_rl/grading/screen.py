@@ -114,8 +114,8 @@ def screened_files(patch: str) -> dict[str, Added]:
     out: dict[str, Added] = {}
     for fp in split_patch(patch):
         path = fp.new_path
-        if not path or not path.endswith(".py") or is_test_path(path):
-            continue
+        if not path or not path.endswith(".py") or is_test_path(path) or "\0" in path:
+            continue  # (no file name holds a NUL: it cannot be read back either)
         added = out.setdefault(path, Added(whole=fp.old_path is None))
         line = 0
         for raw in lines_of(fp.text):

@@ -179,3 +179,15 @@ def make_raw(row, edits: dict[str, str], tmp_path) -> str:
     subprocess.run([*GIT, "add", "-A"], cwd=repo, check=True)
     out = subprocess.run([*GIT, "diff", "--cached"], cwd=repo, check=True, capture_output=True)
     return out.stdout.decode()
+
+
+async def test_a_path_with_a_nul_is_graded(example_rows):
+    """Git never writes one, the agent may: ``"b/x\\000y.py"`` used to reach a command line
+    (``embedded null byte``)."""
+    patch = example_rows["slugify"].patch + (
+        'diff --git "a/m\\000.py" "b/m\\000.py"\nnew file mode 100644\n--- /dev/null\n'
+        '+++ "b/m\\000.py"\n@@ -0,0 +1 @@\n+import _pytest\n'
+    )
+    result = await grade(example_rows["slugify"], patch)
+    # git cuts the name at the NUL (a file "m": not a module); the fix itself stands
+    assert (result.reward, result.failure_kind, result.grader_error) == (1.0, None, None)
