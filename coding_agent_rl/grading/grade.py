@@ -34,7 +34,8 @@ no result (no final record, nothing parsed), or the    model if the *control run
 =====================================================  ========
 
 Exceptions. Grading raises nothing for a per-sample failure. Our own steps' errors
-(``SandboxError``, ``WorkspaceError``, ``ParserUnavailable``) are infra. Any *other* exception is
+(``SandboxError``, ``GradingError``: ``WorkspaceError``, ``ParserUnavailable``, a screen worker
+that cannot start) are infra. Any *other* exception is
 charged by the stage it escaped from (``result.stage``): in a stage that handles the agent's input
 (:data:`AGENT_STAGES`: the diff on the host, applying it and reading back what it did, the screen,
 the reset that reverts its paths, the test run whose log and records its code wrote) it is the
@@ -55,8 +56,7 @@ import shlex
 import time
 from typing import TYPE_CHECKING, Any
 
-from coding_agent_rl.datasets.logparse import ParserUnavailable
-from coding_agent_rl.errors import FailureKind
+from coding_agent_rl.errors import FailureKind, GradingError
 from coding_agent_rl.grading.after_apply import (
     LIST_MARK,
     RESET_MARK,
@@ -144,7 +144,7 @@ async def grade(
             sandbox,
             defences,
         )
-    except (SandboxError, WorkspaceError, ParserUnavailable) as e:
+    except (SandboxError, GradingError) as e:  # WorkspaceError, ParserUnavailable, ...
         result.reward, result.failure_kind, result.reason = 0.0, "infra", f"{type(e).__name__}: {e}"
     except Exception as e:  # charged by stage (module docstring)
         _unexpected(row, result, e)

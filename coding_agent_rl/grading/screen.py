@@ -35,6 +35,7 @@ import fnmatch
 import json
 import os
 import re
+import subprocess
 import sys
 
 POLICIES = ("zero", "flag")
@@ -335,7 +336,8 @@ async def screen_off_loop(
 ) -> tuple[list[Finding], int]:
     """:func:`screen_counted` in a child process (``python -I -S`` on this file) with memory and
     CPU limits; the caller's event loop keeps running. A worker that fails (killed at a limit)
-    is one finding naming the files it could not screen."""
+    is one finding naming the files it could not screen; one that cannot start raises
+    ``GradingError`` (infra)."""
     todo = {p: s for p, s in sources.items() if p in added}
     if not todo:
         return [], 0
@@ -343,16 +345,21 @@ async def screen_off_loop(
         "sources": {p: s.encode("utf-8", "surrogateescape").hex() for p, s in todo.items()},
         "added": {p: [sorted(a.numbers), sorted(a.texts), a.whole] for p, a in added.items()},
     }
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-I",
-        "-S",
-        os.path.abspath(__file__),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-        preexec_fn=_limit,
-    )
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-I",
+            "-S",
+            os.path.abspath(__file__),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            preexec_fn=_limit,
+        )
+    except (OSError, subprocess.SubprocessError) as e:  # the host's failure, not the agent's
+        from coding_agent_rl.errors import GradingError
+
+        raise GradingError(f"cannot start the screen's worker: {e}") from e
     try:
         out, _ = await asyncio.wait_for(
             proc.communicate(json.dumps(request).encode()), WORKER_TIMEOUT_S
