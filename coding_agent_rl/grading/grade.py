@@ -81,7 +81,7 @@ from coding_agent_rl.grading.screen import screened_files
 from coding_agent_rl.grading.workspace import (
     WorkspaceError,
     parse_list,
-    restore_paths,
+    restore_list,
     run_checked,
 )
 from coding_agent_rl.patches.files import filter_patch, path_matches
@@ -286,14 +286,11 @@ async def _grade_in(
         result.protected_paths_touched = list(
             dict.fromkeys(result.protected_paths_touched + sneaked)
         )
-    if not reset:
-        if sneaked:  # as a file: the list is the agent's to make long
-            await restore_paths(
-                sb, row.workdir, prepared.base, sneaked, "reverting protected paths"
-            )
+    if not reset:  # the sneaked paths as a list file: the agent can make it long
+        undo = await restore_list(sb, row.workdir, prepared.base, sneaked)
         await run_checked(
             sb,
-            prepared.reset_script(row, []),
+            undo + prepared.reset_script(row, []),
             "resetting test files and applying test_patch",
         )
     graded = Graded(
