@@ -10,7 +10,9 @@ reset the test files and apply the test patch in the same exec (:data:`RESET_MAR
 
 from __future__ import annotations
 
+import base64
 import logging
+import re
 import shlex
 from typing import TYPE_CHECKING
 
@@ -20,7 +22,7 @@ from coding_agent_rl.grading.result import GradeResult, fail
 from coding_agent_rl.grading.screen import Added, screen_off_loop
 from coding_agent_rl.grading.workspace import GIT, emit_list, list_script
 from coding_agent_rl.patches.files import patch_paths, path_matches
-from coding_agent_rl.sandbox.capped_read import EMIT, emit_command, parse_emitted
+from coding_agent_rl.sandbox.capped_read import EMIT, emit_command
 
 if TYPE_CHECKING:  # the schema imports grading.patchfiles; avoid the cycle at runtime
     from coding_agent_rl.datasets.schema import TaskRow
@@ -44,28 +46,58 @@ def record_drops(result: GradeResult, head: str) -> None:
 async def screen_post_images(
     result: GradeResult, head: str, added: dict[str, Added], defences: Defences
 ) -> None:
-    """Read the screened files' post-images from the apply exec's output and screen them (in a
-    worker process: the parse is the agent's to make slow or large)."""
+    """Read the screened files' post-images (and the pre-images of changed files) from the
+    apply exec's output and screen them (in a worker process: the parse is the agent's to make
+    slow or large). A screened path that is not a regular file (a symlink to a file the screen
+    does not read) is a finding; one over the read-back cap is recorded in ``screen_skipped``."""
     per_file = _screen_cap(len(added))
-    sources = {}
+    emitted = _emitted(head)
+    sources, pre = {}, {}
+    odd = []
     for i, path in enumerate(added):
-        got = parse_emitted(head, f"CAR-SRC:{i}", per_file, "head")
-        if got.exists and not got.truncated:
-            sources[path] = got.data.decode("utf-8", "surrogateescape")
-        elif got.truncated:
+        size, data = emitted.get(f"CAR-SRC:{i}", (-1, b""))
+        if 0 <= size <= per_file:
+            sources[path] = data.decode("utf-8", "surrogateescape")
+        elif size > per_file:
             result.screen_skipped.append(path)
-    found, total = await screen_off_loop(sources, added)
-    findings = [str(f) for f in found]
+        elif size == -2:
+            odd.append(f"{path[:300]}:0: is not a regular file (cannot be screened)")
+        size, data = emitted.get(f"CAR-PRE:{i}", (-1, b""))
+        if 0 <= size <= per_file:
+            pre[path] = data.decode("utf-8", "surrogateescape")
+    found, total = await screen_off_loop(sources, added, pre)
+    findings = odd + [str(f) for f in found]
     result.screen_findings = findings
-    result.screen_findings_total = total
+    result.screen_findings_total = total + len(odd)
     if findings and defences.tamper_policy == "zero":
         result.tampering = list(findings)
+        total = result.screen_findings_total
         more = f" (+{total - 1} more)" if total > 1 else ""
         fail(result, "model", f"tamper screen: {findings[0]}{more}")
 
 
+def _emitted(head: str) -> dict[str, tuple[int, bytes]]:
+    """Every ``car_emit CAR-SRC:i / CAR-PRE:i`` result in one pass: name -> (size, bytes)."""
+    out: dict[str, tuple[int, bytes]] = {}
+    lines = head.split("\n")
+    for k, line in enumerate(lines):
+        name, _, size = line.partition(" ")
+        if not name.startswith(("CAR-SRC:", "CAR-PRE:")) or name in out:
+            continue
+        if not re.fullmatch(r"-?[0-9]{1,15}", size):
+            continue
+        try:
+            data = base64.b64decode(lines[k + 1]) if k + 1 < len(lines) else b""
+        except ValueError:
+            continue
+        out[name] = (int(size), data)
+    return out
+
+
 def _screen_cap(n: int) -> int:
-    return max(64 * 1024, min(1024 * 1024, SCREEN_BUDGET // max(1, n)))
+    """Bytes read back per image of ``n`` screened files (a post- and maybe a pre-image each):
+    the whole budget bounded, however many files."""
+    return min(1024 * 1024, SCREEN_BUDGET // max(1, 2 * n))
 
 
 RESET_MARK = "CAR-RESET"
@@ -79,7 +111,7 @@ def after_apply_script(
     row: TaskRow,
     kept: str,
     patterns: list[str],
-    screened: list[str],
+    screened: dict[str, Added],
     defences: Defences,
 ) -> str:
     """The root script run right after the diff applied: unpack the bundle; list what changed;
@@ -89,6 +121,7 @@ def after_apply_script(
     printing :data:`RESET_MARK`. Anything else (or no ``comm -z`` in the image) leaves the
     reset to a separate exec."""
     d = prepared.runner.dir
+    added_whole = {path: a.whole for path, a in screened.items()}
     after, named, known, unexpected = (f"{d}/{n}.z" for n in ("after", "named", "known", "extra"))
     script = prepared.unpack_script() + list_script(prepared.base, save=after, emit=False)
     if defences.new_files:
@@ -102,10 +135,18 @@ def after_apply_script(
             f" check-new {q(row.workdir)} {q(prepared.new_list)} {tests} || :; fi\n"
             f"echo; echo {DROP_END}\n"
         )
-    if screened:
+    if screened:  # post-images, and the pre-images of files that existed (screen.py)
         per_file = _screen_cap(len(screened))
+        pre = f"{d}/pre.py"
         script += EMIT + "".join(
-            emit_command(f"CAR-SRC:{i}", path, per_file, "head") for i, path in enumerate(screened)
+            emit_command(f"CAR-SRC:{i}", path, per_file, "head")
+            + (
+                f"if {GIT} cat-file blob {q(prepared.base + ':' + path)} > {q(pre)} 2>/dev/null;"
+                f" then {emit_command(f'CAR-PRE:{i}', pre, per_file, 'head')}fi\n"
+                if not added_whole.get(path, True)
+                else ""
+            )
+            for i, path in enumerate(screened)
         )
     names = [n for n in patch_paths(kept) if "\0" not in n]  # no file has one: not an argument
     words = " ".join(q(n) for n in names)

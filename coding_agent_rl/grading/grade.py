@@ -257,7 +257,7 @@ async def _grade_in(
             base=prepared.base,
             patch_path=f"{runner.dir}/agent.diff",
             runner=runner.prefix,
-            then=after_apply_script(prepared, row, kept_text, patterns, list(sources), defences),
+            then=after_apply_script(prepared, row, kept_text, patterns, sources, defences),
         )
         if not outcome.ok:
             result.test_log = cap_log(outcome.log)
