@@ -351,13 +351,6 @@ WORKER_CPU_S = 60
 WORKER_TIMEOUT_S = 120.0
 
 
-def _limit() -> None:  # runs in the child before exec
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY, WORKER_MEMORY))
-    resource.setrlimit(resource.RLIMIT_CPU, (WORKER_CPU_S, WORKER_CPU_S))
-
-
 async def screen_off_loop(
     sources: dict[str, str], added: dict[str, Added], pre: dict[str, str] | None = None
 ) -> tuple[list[Finding], int]:
@@ -383,10 +376,11 @@ async def screen_off_loop(
             "-I",
             "-S",
             os.path.abspath(__file__),
+            str(WORKER_MEMORY),
+            str(WORKER_CPU_S),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
-            preexec_fn=_limit,
         )
     except (OSError, subprocess.SubprocessError) as e:  # the host's failure, not the agent's
         from coding_agent_rl.errors import GradingError
@@ -409,7 +403,13 @@ async def screen_off_loop(
         return [Finding(sorted(todo)[0][:300], 0, what[:MAX_WHAT])], 1
 
 
-def _worker() -> None:
+def _worker(memory: int, cpu_s: int) -> None:
+    """The child: limits itself first (no ``preexec_fn``: the runner has threads), then screens
+    the request on stdin."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
     request = json.loads(sys.stdin.buffer.read())
     sources = {
         p: bytes.fromhex(h).decode("utf-8", "surrogateescape")
@@ -429,4 +429,4 @@ def _worker() -> None:
 
 
 if __name__ == "__main__":
-    _worker()
+    _worker(int(sys.argv[1]), int(sys.argv[2]))
