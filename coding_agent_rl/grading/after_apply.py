@@ -44,22 +44,31 @@ def record_drops(result: GradeResult, head: str) -> None:
 
 
 async def screen_post_images(
-    result: GradeResult, head: str, added: dict[str, Added], defences: Defences
+    result: GradeResult,
+    head: str,
+    added: dict[str, Added],
+    defences: Defences,
+    prepared: Prepared | None = None,
+    workdir: str = "",
 ) -> None:
     """Read the screened files' post-images (and the pre-images of changed files) from the
     apply exec's output and screen them (in a worker process: the parse is the agent's to make
-    slow or large). A screened path that is not a regular file (a symlink to a file the screen
-    does not read) is a finding; one over the read-back cap is recorded in ``screen_skipped``."""
+    slow or large). Files over the shared read-back budget are read again one by one (up to
+    :data:`REREAD_FILES` files, :data:`REREAD_BYTES` in all, :data:`REREAD_FILE` each: many
+    files cannot shrink what is screened). Findings too: a screened path that is not a regular
+    file (a symlink to a file the screen does not read), a new file over the per-file bound,
+    files left over the re-read bounds. An existing file over the bound is recorded in
+    ``screen_skipped``."""
     per_file = _screen_cap(len(added))
     emitted = _emitted(head)
     sources, pre = {}, {}
-    odd = []
+    odd, large = [], []
     for i, path in enumerate(added):
         size, data = emitted.get(f"CAR-SRC:{i}", (-1, b""))
         if 0 <= size <= per_file:
             sources[path] = data.decode("utf-8", "surrogateescape")
         elif size > per_file:
-            result.screen_skipped.append(path)
+            large.append(path)
         elif size == -2:
             odd.append(f"{path[:300]}:0: is not a regular file (cannot be screened)")
         size, data = emitted.get(f"CAR-PRE:{i}", (-1, b""))
@@ -67,13 +76,65 @@ async def screen_post_images(
             pre[path] = data.decode("utf-8", "surrogateescape")
     found, total = await screen_off_loop(sources, added, pre)
     findings = odd + [str(f) for f in found]
+    total += len(odd)
+    left: list[str] = []
+    budget = REREAD_BYTES
+    for k, path in enumerate(large):
+        got = None
+        if prepared is not None and k < REREAD_FILES and budget > 0:
+            got = await _reread(prepared, workdir, path, not added[path].whole)
+        if got is None:
+            left.append(path)
+            continue
+        size, post, before = got
+        budget -= size
+        if size > REREAD_FILE:
+            if added[path].whole:
+                findings.append(f"{path[:300]}:0: a new file too large to screen ({size} bytes)")
+                total += 1
+            result.screen_skipped.append(path)
+            continue
+        more, n = await screen_off_loop(
+            {path: post}, {path: added[path]}, {path: before} if before is not None else None
+        )
+        findings += [str(f) for f in more]
+        total += n
+    if left:
+        findings.append(f"{left[0][:300]}:0: {len(left)} changed files left unscreened")
+        total += 1
     result.screen_findings = findings
-    result.screen_findings_total = total + len(odd)
+    result.screen_findings_total = total
     if findings and defences.tamper_policy == "zero":
         result.tampering = list(findings)
-        total = result.screen_findings_total
-        more = f" (+{total - 1} more)" if total > 1 else ""
-        fail(result, "model", f"tamper screen: {findings[0]}{more}")
+        more_s = f" (+{total - 1} more)" if total > 1 else ""
+        fail(result, "model", f"tamper screen: {findings[0]}{more_s}")
+
+
+REREAD_FILES = 64
+REREAD_BYTES = 32 * 1024 * 1024
+REREAD_FILE = 2 * 1024 * 1024
+
+
+async def _reread(
+    prepared: Prepared, workdir: str, path: str, existed: bool
+) -> tuple[int, str, str | None] | None:
+    """One screened file's post-image (and pre-image) in an exec of its own: (size, post, pre),
+    or None when it cannot be read back."""
+    tmp = f"{prepared.runner.dir}/pre.py"
+    script = EMIT + f"cd {q(workdir)}\n" + emit_command("CAR-SRC:0", path, REREAD_FILE, "head")
+    if existed:
+        script += (
+            f"if {GIT} cat-file blob {q(prepared.base + ':' + path)} > {q(tmp)} 2>/dev/null; then "
+            f"{emit_command('CAR-PRE:0', tmp, REREAD_FILE, 'head')}fi\n"
+        )
+    r = await prepared.sb.exec(script, timeout=120)
+    emitted = _emitted(r.stdout)
+    size, post = emitted.get("CAR-SRC:0", (-1, b""))
+    if size < 0:
+        return None
+    pre_size, before = emitted.get("CAR-PRE:0", (-1, b""))
+    decoded = before.decode("utf-8", "surrogateescape") if 0 <= pre_size <= REREAD_FILE else None
+    return size, post.decode("utf-8", "surrogateescape"), decoded
 
 
 def _emitted(head: str) -> dict[str, tuple[int, bytes]]:

@@ -273,7 +273,7 @@ async def _grade_in(
         reset = RESET_MARK in head.split("\n")  # not splitlines: a path may hold U+2028
         record_drops(result, head)
         result.stage = "screen"
-        await screen_post_images(result, head, sources, defences)
+        await screen_post_images(result, head, sources, defences, prepared, row.workdir)
         if result.done:  # the tamper screen scored it
             return
     # Defence in depth: whatever protected path changed on disk (however the patch spelled it)

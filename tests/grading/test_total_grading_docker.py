@@ -38,7 +38,12 @@ def raw_diff(tmp_path, example_rows):
     """``raw_diff(task, {path: text}, gold=True)``: a git diff against the task's base."""
 
     def make(
-        task: str, edits: dict[str, str], *, gold: bool = True, links: dict[str, str] | None = None
+        task: str,
+        edits: dict[str, str],
+        *,
+        gold: bool = True,
+        links: dict[str, str] | None = None,
+        binary: bool = False,
     ) -> str:
         repo = tmp_path / f"{task}-{len(list(tmp_path.iterdir()))}"
         shutil.copytree(example_rows[task].build.context / "repo", repo)
@@ -64,7 +69,10 @@ def raw_diff(tmp_path, example_rows):
         for path, target in (links or {}).items():
             (repo / path).symlink_to(target)
         git("add", "-A")
-        return git("diff", "--cached", "--binary")
+        attrs = tmp_path / "binary.attributes"
+        attrs.write_text("*.py binary\n")  # compressed hunks: a small diff, large files
+        extra = ("-c", f"core.attributesFile={attrs}") if binary else ()
+        return git(*extra, "diff", "--cached", "--binary")
 
     return make
 
@@ -223,3 +231,16 @@ async def test_a_symlinked_module_is_a_finding(example_rows, raw_diff):
     assert off.reward == 1.0, off.reason  # the forgery works when the screen only records
     assert (on.reward, on.failure_kind) == (0.0, "model")
     assert on.tampering == ["textkit/evil.py:0: is not a regular file (cannot be screened)"]
+
+
+async def test_a_file_over_the_read_back_budget_is_read_again(example_rows, raw_diff):
+    """A changed file past its share of the shared read-back budget (1 MiB for one file, less
+    for many) went unscreened; now it is read again on its own (up to 2 MiB, 64 files)."""
+    pad = ("#" * 999 + "\n") * 1100  # 1.1 MB of comments: cheap to parse, over the share
+    diff = raw_diff("slugify", {"textkit/zz.py": pad + "import _pytest.python\n"}, binary=True)
+    assert "GIT binary patch" in diff and len(diff) < 200_000
+    result = await grade(example_rows["slugify"], diff)
+    assert (result.reward, result.failure_kind) == (0.0, "model")
+    assert result.tampering == [
+        "textkit/zz.py:1101: imports test-framework internals (_pytest.python)"
+    ]
