@@ -260,3 +260,38 @@ def test_the_new_module_rule_is_total(names):
         assert extra == [os.path.join(wd, "src")]
         found = plugin.offending_new_files(wd, rels, ["tests/test_x.py"], {"os"}, extra)
         assert {rel for rel, _ in found} <= set(rels)
+
+
+@FUZZ
+@given(
+    st.lists(
+        st.one_of(
+            tricky_text,
+            st.sampled_from(
+                [
+                    "CAR-SRC:0 ",
+                    "CAR-PRE:0 -2",
+                    "5",
+                    "\n",
+                    "CAR-DROPPED\n",
+                    "CAR-DROPPED-END",
+                    "\t",
+                    "aGk=",
+                    "CAR-LIST\n",
+                    "\0",
+                ]
+            ),
+        ),
+        max_size=30,
+    ).map("".join)
+)
+def test_what_the_apply_exec_prints_is_read_totally(out):
+    """File names reach the apply exec's output (dropped files, the changed list)."""
+    from coding_agent_rl.grading.after_apply import _emitted, record_drops
+    from coding_agent_rl.grading.result import GradeResult
+    from coding_agent_rl.grading.workspace import parse_list
+
+    for name, (size, _) in _emitted(out).items():
+        assert name.startswith(("CAR-SRC:", "CAR-PRE:")) and isinstance(size, int)
+    record_drops(GradeResult(), out)
+    parse_list(out)
