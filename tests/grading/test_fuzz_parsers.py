@@ -20,7 +20,13 @@ from coding_agent_rl.grading.expansion import expansion_problem
 from coding_agent_rl.grading.screen import Added, ast_lines, screen_source, screened_files
 from coding_agent_rl.patches.files import filter_patch, path_matches, split_patch
 
-FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(  # derandomized: the same examples in every CI run (no flaky seeds)
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 TRICKY = '"\\\u2028\u2029\u0085\r\x00\t \x0b\x0c\x1c\udcff\udc80é/ab.-_*?[]'
 tricky_text = st.text(alphabet=st.sampled_from(list(TRICKY)), max_size=40)
 TOKENS = [
