@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import pathlib
 import shlex
 import xml.etree.ElementTree as ET
@@ -82,6 +83,7 @@ class Graded:
     async def settle(self, what: str, works: Works) -> None:
         """No result from the agent's run: a control run decides whose failure it is; the
         result is final afterwards (the caller returns)."""
+        self.result.stage = "control"  # no agent input from here on (grade.py)
         if self.defences.fresh_control:
             ok = await _control_in_fresh_sandbox(self, works)
             self.result.control = f"fresh sandbox: {'a result' if ok else 'no result either'}"
@@ -209,7 +211,7 @@ async def _run_swepro(g: Graded) -> tuple[dict[str, str], TestRun]:
         try:
             for t in json.loads(await sb.read_file(f"{d}/parsed.json")).get("tests", []):
                 statuses[str(t["name"])] = str(t["status"]).upper()
-        except (ValueError, KeyError, TypeError, SandboxError):
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError, SandboxError):
             statuses = {}
     return statuses, run
 
@@ -282,12 +284,11 @@ async def _harbor_reward(sb: Sandbox) -> float | None:
         if r.exit_code != 0:
             continue
         try:
-            if name == "reward.txt":
-                return float(r.stdout.strip())
-            value = json.loads(r.stdout)
+            value: Any = r.stdout.strip() if name == "reward.txt" else json.loads(r.stdout)
             if isinstance(value, dict):
                 value = value.get("reward", next(iter(value.values())) if len(value) == 1 else None)
-            return float(value)
-        except (ValueError, TypeError):
+            reward = float(value)
+        except (ValueError, TypeError, RecursionError):
             return None
+        return reward if math.isfinite(reward) else None  # "nan" would clamp to 1.0
     return None
