@@ -73,6 +73,8 @@ class GradeResult:
     screen_findings: list[str] = dataclasses.field(default_factory=list)
     screen_skipped: list[str] = dataclasses.field(default_factory=list)  # too large to screen
     canaries: int = 0  # canary tests added to this run
+    blinding: dict[str, Any] | None = None  # tests blinded, files and tests it fell short on
+    twin: str | None = None  # --twin-grade: whether the second grading agreed
     control: str | None = None  # whether and where a control run gave a result
     done: bool = dataclasses.field(default=False, repr=False)  # final: set by :func:`fail`
 
@@ -95,6 +97,8 @@ class GradeResult:
             "tampering": self.tampering,
             "screen_findings": self.screen_findings,
             "canaries": self.canaries,
+            "blinding": self.blinding,
+            "twin": self.twin,
             "control": self.control,
         }
 
