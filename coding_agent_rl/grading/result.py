@@ -37,6 +37,25 @@ def fail(result: GradeResult, kind: FailureKind, reason: str) -> GradeResult:
 
 
 LOG_CAP = 64 * 1024
+_TAMPER_KINDS = (  # (prefix or fragment, kind), first match wins
+    ("twin run", "twin"),
+    ("canary ", "canary"),
+    ("result channel", "channel"),
+    ("records ", "channel"),
+    ("final record", "channel"),
+    ("pytest exited", "exit_status"),
+    ("pytest reported", "exit_status"),
+    ("changed after pytest made it", "rewritten_report"),
+    ("outside the declared files", "collection"),
+)
+
+
+def tamper_kind(evidence: str) -> str:
+    """The layer one line of tampering evidence comes from (``screen`` for ``path:line: what``)."""
+    for fragment, kind in _TAMPER_KINDS:
+        if fragment in evidence:
+            return kind
+    return "screen"
 
 
 def cap_log(text: str, cap: int = LOG_CAP) -> str:

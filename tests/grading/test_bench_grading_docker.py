@@ -33,4 +33,4 @@ def test_bench_grading_prints_one_json_line():
         assert isinstance(out[key], float) and out[key] > 0, key
     assert out["target_ratio"] == 1.3 and out["target_met"] == (out["ratio"] <= 1.3)
     assert [t["result_method"] for t in out["tasks"]] == ["plugin", "plugin"]
-    assert all(t["canaries"] == 3 for t in out["tasks"])
+    assert all(t["canaries"] >= 3 for t in out["tasks"])
