@@ -162,3 +162,86 @@ def test_no_same_type_line_for_a_lone_bool_or_an_empty_value():
     assert value_line("  ", COPIES, rng) is None
     assert value_line(None, COPIES, rng) is None
     assert value_line([], COPIES, rng) is None
+
+
+INHERITED = """
+import unittest
+
+
+class Base(unittest.TestCase):
+    value = 1
+
+    def helper(self):
+        return self.value
+
+    def test_shared(self):
+        self.assertEqual(self.helper() * 2, 2 * self.value)
+
+
+class TestChild(Base):
+    value = 3
+
+    def test_own(self):
+        assert self.helper() == 3
+        self.test_shared()
+
+
+async def test_async_is_kept():
+    assert 1 == 1
+
+
+def test_uses_a_line_separator():
+    assert "a\u2028b" == "a\\u2028b"
+"""
+
+
+def test_inheritance_and_cross_references_survive_blinding_under_real_pytest(tmp_path):
+    ids = ("t/test_i.py::TestChild::test_own", "t/test_i.py::TestChild::test_shared")
+    plan = plan_canaries({"t/test_i.py": INHERITED}, ids[:1], ids[1:], random.Random(2))
+    assert plan.blinding.not_blinded == []
+    text = plan.files["t/test_i.py"]
+    assert "test_own" not in text and "test_shared" not in text
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "test_i.py").write_text(text)
+    proc = subprocess.run(
+        ["python3", "-m", "pytest", "-rA", "-p", "no:cacheprovider", "t/test_i.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    from coding_agent_rl.datasets.logparse import parse_pytest
+
+    statuses = {plan.blinding.original(t): s for t, s in parse_pytest(proc.stdout).items()}
+    assert statuses["t/test_i.py::TestChild::test_own"] == "PASSED", proc.stdout
+    assert statuses["t/test_i.py::TestChild::test_shared"] == "PASSED", proc.stdout
+    assert statuses["t/test_i.py::Base::test_shared"] == "PASSED", proc.stdout
+    copies = [c for c in plan.canaries if c.source]
+    assert len(copies) == COPIES and all("::TestChild::" in c.node for c in copies)
+    for c in copies:
+        assert {s for t, s in statuses.items() if c.owns(t)} == {"FAILED"}, proc.stdout
+
+
+AWKWARD = [
+    "def test_a(): assert 1 == 1\ndef test_b(): pass\n",  # definitions sharing lines: fine
+    "class TestA: pass\n",
+    "class TestA:\n    def test_x(self): assert 1 == 2; assert 2 == 2\n",
+    "def test_a():\r\n    assert 'x' == 'x'\r\n",
+    "def test_a():\r    assert 1 == 1\r",
+    "x = 1\ndef test_a(test_b):\n    pass\ndef test_b():\n    pass\n",
+    "import pytest\n@pytest.fixture\ndef test_data():\n    return 1\ndef test_a(test_data):\n    assert test_data == 1\n",
+    "def test_a():\n    assert f'{1}' == '1'\n",
+    "def test_\udcff():\n    pass\n",
+    "def test_a(:\n",
+    "",
+    "def test_a():\n    assert [1, [2, {'k': (3, 'a\u2028b')}]] == [1, [2, {'k': (3, 'a\u2028b')}]]\n",
+]
+
+
+@pytest.mark.parametrize("source", AWKWARD)
+def test_awkward_files_are_blinded_or_left_alone_never_a_crash(source):
+    ids = ("t.py::test_a", "t.py::TestA::test_x")
+    plan = plan_canaries({"t.py": source}, ids, (), random.Random(4))
+    for text in plan.files.values():
+        compile(text, "t.py", "exec")
+    if "t.py" in plan.blinding.names:
+        assert not {"test_a", "test_x"} & set(_defs(plan.files["t.py"]))
