@@ -13,7 +13,9 @@ from coding_agent_rl.rollout.runner import RolloutRunner
 def _defences(argv: list[str]) -> Defences:
     p = argparse.ArgumentParser()
     add_arguments(p)
-    config = build_config(p.parse_args(["--dataset", "x.jsonl", "--out", "o", *argv]))
+    config = build_config(
+        p.parse_args(["--dataset", "x.jsonl", "--out", "o", "--policy", "replay", *argv])
+    )
     return RolloutRunner._defences.fget(types.SimpleNamespace(config=config.rollout))  # type: ignore[attr-defined]
 
 
