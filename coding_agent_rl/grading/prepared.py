@@ -3,8 +3,8 @@
 Everything grading does before it needs the diff depends on the row alone: create the sandbox from
 the task's image with the network off, run ``pre_commands``, snapshot the base commit, set up the
 unprivileged test user, upload the hidden test patch, and — for plugin-graded rows — read the
-hidden test files as they will be (base + test patch), derive this run's canaries from them, and
-stage the test files with the canaries in place, the grader's plugin and the run's key
+hidden test files as they will be (base + test patch), blind them and derive this run's canaries
+(canaries.py: fresh random test names, shuffled definitions), and stage those test files, the grader's plugin and the run's key
 (:mod:`coding_agent_rl.grading.channel`). :class:`GradingSandbox` starts that in the background
 (e.g. while the agent runs) and hands the result to ``grade(..., sandbox=...)``, which takes only
 the diff from the agent's side.
@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import dataclasses
 import io
+import logging
 import posixpath
 import shlex
 import tarfile
@@ -38,7 +39,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from coding_agent_rl.grading import channel
-from coding_agent_rl.grading.canaries import Canary, plan_canaries
+from coding_agent_rl.grading.canaries import Blinding, Canary, plan_canaries
+from coding_agent_rl.grading.canaries_legacy import legacy_plan
 from coding_agent_rl.grading.defences import Defences, result_method
 from coding_agent_rl.grading.runner import TEST_UID, TestRunner
 from coding_agent_rl.grading.workspace import (
@@ -61,6 +63,7 @@ if TYPE_CHECKING:  # the schema imports grading.patchfiles; avoid the cycle at r
     from coding_agent_rl.datasets.schema import TaskRow
 
 q = shlex.quote
+log = logging.getLogger(__name__)
 VIEW_BUDGET = 3 * 1024 * 1024  # test-file bytes read back for canary derivation, all files
 
 
@@ -101,6 +104,7 @@ class Prepared:
     key: bytes = b""
     canaries: tuple[Canary, ...] = ()
     staged: tuple[str, ...] = ()  # test files replaced by their canary-bearing copies
+    blinding: Blinding = dataclasses.field(default_factory=Blinding)  # blinded -> task's names
 
     @property
     def before_file(self) -> str:
@@ -151,7 +155,7 @@ def _view_script(row: TaskRow, runner: TestRunner, test_diff: str | None) -> str
     """Print each test file as the hidden tests leave it (base + test patch), for canaries."""
     v = f"{runner.dir}/view"
     files = list(row.test_files)
-    script = f"rm -rf {q(v)}; mkdir -p {q(v)}\n"
+    script = f"rm -rf {q(v)}; mkdir -p {q(v)}; chmod 700 {q(v)}\n"  # root-only, as test.diff
     for f in files:
         target = q(f"{v}/{f}")
         script += (
@@ -203,7 +207,8 @@ async def prepare_grading(sb: Sandbox, row: TaskRow, defences: Defences | None =
     test_diff = None
     if row.test_patch:
         test_diff = f"{runner.dir}/test.diff"
-        await sb.write_file(test_diff, row.test_patch.encode(), mode=0o644)
+        # root-only: the hidden tests' own text would tell the originals from their copies
+        await sb.write_file(test_diff, row.test_patch.encode(), mode=0o600)
     r = await run_checked(
         sb,
         prepare_script(row)
@@ -231,16 +236,24 @@ async def prepare_grading(sb: Sandbox, row: TaskRow, defences: Defences | None =
     if method == "plugin":
         members[runner.key_path] = (prepared.key, 0o600)
     if want_view:
-        plan = plan_canaries(
-            _read_view(r.stdout.partition("CAR-LIST\n")[0], row),
-            row.fail_to_pass,
-            row.pass_to_pass,
-        )
+        view = _read_view(r.stdout.partition("CAR-LIST\n")[0], row)
+        plan = legacy_plan(view, row.fail_to_pass, row.pass_to_pass)
+        if defences.blinding:
+            try:
+                plan = plan_canaries(
+                    view, row.fail_to_pass, row.pass_to_pass, copies=defences.canary_copies
+                )
+            except Exception as e:  # the task's own files; keep the previous canaries then
+                log.exception("blinding %s failed", row.instance_id)
+                plan.blinding.not_blinded.append(f"blinding failed: {type(e).__name__}: {e}")
         for path, text in plan.files.items():
             data = text.encode("utf-8", "surrogateescape")
             members[f"{runner.dir}/staged/{path}"] = (data, 0o600)
         prepared = dataclasses.replace(
-            prepared, canaries=tuple(plan.canaries), staged=tuple(plan.files)
+            prepared,
+            canaries=tuple(plan.canaries),
+            staged=tuple(plan.files),
+            blinding=plan.blinding,
         )
     await sb.write_file(f"{runner.dir}/bundle.tar", _bundle(members), mode=0o600)
     return prepared

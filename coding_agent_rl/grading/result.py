@@ -53,6 +53,27 @@ def cap_items(items: list[str]) -> list[str]:
     return [str(x)[:MAX_ITEM_CHARS] for x in items[:MAX_ITEMS]]
 
 
+_TAMPER_KINDS = (  # (prefix or fragment, kind), first match wins
+    ("twin run", "twin"),
+    ("canary ", "canary"),
+    ("result channel", "channel"),
+    ("records ", "channel"),
+    ("final record", "channel"),
+    ("pytest exited", "exit_status"),
+    ("pytest reported", "exit_status"),
+    ("changed after pytest made it", "rewritten_report"),
+    ("outside the declared files", "collection"),
+)
+
+
+def tamper_kind(evidence: str) -> str:
+    """The layer one line of tampering evidence comes from (``screen`` for ``path:line: what``)."""
+    for fragment, kind in _TAMPER_KINDS:
+        if fragment in evidence:
+            return kind
+    return "screen"
+
+
 def cap_log(text: str, cap: int = LOG_CAP) -> str:
     """Keep the head and the tail (where pytest's summary is) of a long log."""
     if len(text) <= cap:
@@ -87,6 +108,8 @@ class GradeResult:
     screen_findings: list[str] = dataclasses.field(default_factory=list)
     screen_skipped: list[str] = dataclasses.field(default_factory=list)  # too large to screen
     canaries: int = 0  # canary tests added to this run
+    blinding: dict[str, Any] | None = None  # tests blinded, files and tests it fell short on
+    twin: str | None = None  # --twin-grade: whether the second grading agreed
     control: str | None = None  # whether and where a control run gave a result
     screen_findings_total: int = 0  # before the cap
     tampering_total: int = 0  # before the cap
@@ -123,6 +146,8 @@ class GradeResult:
             "tampering": self.tampering,
             "screen_findings": self.screen_findings,
             "canaries": self.canaries,
+            "blinding": self.blinding,
+            "twin": self.twin,
             "control": self.control,
             "screen_findings_total": self.screen_findings_total,
             "tampering_total": self.tampering_total,
