@@ -75,11 +75,14 @@ def build_image(
     digest: str | None = None,
     source: str = "dockerfile",
     log_path: pathlib.Path | None = None,
+    nocache: bool = False,
+    append: bool = False,
 ) -> bool:
     """Build ``image`` from ``spec`` unless an up-to-date one exists; True when it was built.
     ``digest``: the content hash when the caller knows it (default: :func:`content_hash`);
     ``source``: how the image was made, kept in the :data:`SOURCE_LABEL` label; ``log_path``:
-    where the build's whole output goes (kept; a failure's message names it)."""
+    where the build's whole output goes (kept; a failure's message names it); ``nocache``: no
+    step from the engine's build cache; ``append``: add to the log rather than replace it."""
     from coding_agent_rl.images.docker_build import BuildFailed, docker_build
 
     digest = digest or content_hash(spec)
@@ -93,9 +96,11 @@ def build_image(
             sink = stack.enter_context(tempfile.TemporaryFile("w+"))
         else:
             log_path.parent.mkdir(parents=True, exist_ok=True)
-            sink = stack.enter_context(log_path.open("a"))
+            sink = stack.enter_context(log_path.open("a" if append else "w"))
         try:
-            docker_build(image, spec.context, spec.dockerfile, labels=labels, sink=sink)
+            docker_build(
+                image, spec.context, spec.dockerfile, labels=labels, sink=sink, nocache=nocache
+            )
         except BuildFailed as e:
             where = f"; log: {log_path}" if log_path else ""
             step = f"; failed command: {e.command}" if e.command else ""

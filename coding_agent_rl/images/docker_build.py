@@ -95,27 +95,26 @@ class _Build:
                 log.debug("container %s: %s", c, e)
 
     def remove_images(self, wait_s: float = 15.0) -> None:
-        """Newest first, never forced (an image another build now uses stays), once the
-        engine has finished removing the build's containers."""
+        """Newest first, never forced; retried while the engine is still removing the build's
+        containers (an image another build now uses stays, after ``wait_s``)."""
         import docker
 
+        pending = list(reversed(self.images))
         deadline = time.monotonic() + wait_s
-        for c in self.containers:
-            while time.monotonic() < deadline:
+        while pending:
+            for i in list(pending):
                 try:
-                    self.client.api.inspect_container(c)
+                    self.client.api.remove_image(i)
+                    pending.remove(i)
                 except docker.errors.NotFound:
-                    break
-                except Exception:
-                    break
-                time.sleep(0.2)
-        for i in reversed(self.images):
-            try:
-                self.client.api.remove_image(i)
-            except docker.errors.NotFound:
-                continue
-            except Exception as e:
-                log.debug("image %s: %s", i, e)
+                    pending.remove(i)
+                except Exception as e:
+                    log.debug("image %s: %s", i, e)
+            if pending and time.monotonic() > deadline:
+                log.warning("build images left in the engine (in use): %s", ", ".join(pending))
+                return
+            if pending:
+                time.sleep(0.3)
 
 
 def _socket(response: Any) -> socket.socket | None:
@@ -159,9 +158,11 @@ def docker_build(
     *,
     labels: dict[str, str],
     sink: TextIO,
+    nocache: bool = False,
 ) -> str:
     """Build ``tag``; returns the image id. Raises BuildFailed / BuildCancelled /
-    ImageBuildError; nothing it created is left when it raises."""
+    ImageBuildError; nothing it created is left when it raises. ``nocache``: no step is
+    taken from the engine's build cache."""
     import docker
 
     client = docker.from_env()
@@ -186,6 +187,7 @@ def docker_build(
                 labels=labels,
                 rm=True,
                 forcerm=True,
+                nocache=nocache,
                 pull=False,
                 decode=True,
             )
@@ -194,6 +196,7 @@ def docker_build(
                     raise BuildCancelled(f"build of {tag} cancelled")
                 if "stream" in chunk:
                     b.feed(chunk["stream"])
+                    sink.flush()  # a log one can follow while the build runs
                 if "error" in chunk:
                     error = str(chunk["error"]).strip()
                     b.feed(f"\n{error}\n")

@@ -108,7 +108,7 @@ def _provide(
         if any(r.build != first.build for r in rows):
             raise ImageBuildError("rows name this image with different build contexts")
         log_path = log_dir / f"{slug(image)}.log" if log_dir else None
-        built = build_image(image, first.build, rebuild=rebuild, log_path=log_path)
+        built = build_image(image, first.build, rebuild=rebuild, log_path=log_path, nocache=rebuild)
         report.source, report.detail = "built", "" if built else "up to date"
         return report
     origin = image_origin(image)

@@ -245,6 +245,8 @@ def build_repo_image(
             digest=digest,
             source="repo",
             log_path=log_path,
+            nocache=rebuild,
+            append=True,
         )
         keep = False
     except BaseException as e:  # a failed step's context is kept to reproduce it

@@ -91,14 +91,18 @@ def test_low():
 NEW_TEST = "\n\ndef test_high():\n    assert tinylib.clamp(50, 0, 10) == 10\n"
 
 
-def make_backend_repo(root: pathlib.Path, backend: str, extra: dict[str, str] | None = None):
-    """The repository for ``backend`` under ``root``; returns {'base', 'gold', 'test_patch'}."""
-    path = root / f"car+{backend}"
+def make_backend_repo(
+    root: pathlib.Path, backend: str, *, name: str = "", extra: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The repository ``car/<name>`` (default: the backend's name) under ``root``, its files
+    ``extra`` overriding the backend's; returns {'name', 'base', 'gold', 'test_patch'}."""
+    name = name or backend
+    path = root / f"car+{name}"
     (path / "tinylib").mkdir(parents=True)
     (path / "tests").mkdir()
     git(path, "init", "-q", "-b", "main")
-    for name, text in {**FILES[backend], **(extra or {})}.items():
-        (path / name).write_text(text)
+    for file, text in {**FILES[backend], **(extra or {})}.items():
+        (path / file).write_text(text)
     version = VERSION if backend in VCS_VERSIONED else "1.0.0"
     (path / "tinylib" / "__init__.py").write_text(BUGGY)
     (path / "tests" / "test_tiny.py").write_text(TESTS.format(version=version))
@@ -113,14 +117,14 @@ def make_backend_repo(root: pathlib.Path, backend: str, extra: dict[str, str] | 
     git(path, "commit", "-qam", "test the high bound", date="2024-02-02T00:00:00Z")
     gold = git(path, "diff", base, fix, "--", "tinylib") + "\n"
     test_patch = git(path, "diff", fix, "HEAD", "--", "tests") + "\n"
-    return {"base": base, "gold": gold, "test_patch": test_patch}
+    return {"name": name, "base": base, "gold": gold, "test_patch": test_patch}
 
 
-def backend_record(backend: str, up: dict[str, str], **extra: object) -> dict:
-    """The SWE-bench row of ``backend``'s repository (instance ``car__<backend>-1``)."""
+def backend_record(up: dict[str, str], **extra: object) -> dict:
+    """The SWE-bench row of a repository :func:`make_backend_repo` made (``car__<name>-1``)."""
     return {
-        "repo": f"car/{backend}",
-        "instance_id": f"car__{backend}-1",
+        "repo": f"car/{up['name']}",
+        "instance_id": f"car__{up['name']}-1",
         "base_commit": up["base"],
         "patch": up["gold"],
         "test_patch": up["test_patch"],
