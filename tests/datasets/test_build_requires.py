@@ -11,11 +11,11 @@ from coding_agent_rl.datasets.recipes import install_script, pretend_version, re
 
 EXPECTED = {
     "flit": ("flit_core.buildapi", ("flit_core>=3.4,<5",), False),
-    "hatchling": ("hatchling.build", ("hatchling",), False),
+    "hatchling": ("hatchling.build", ("hatchling", "editables~=0.3"), False),
     "poetry": ("poetry.core.masonry.api", ("poetry-core>=1.0.0",), False),
     "pdm": ("pdm.backend", ("pdm-backend",), False),
     "scm": ("setuptools.build_meta", ("setuptools>=64", "setuptools-scm>=8"), True),
-    "hatch-vcs": ("hatchling.build", ("hatchling", "hatch-vcs"), True),
+    "hatch-vcs": ("hatchling.build", ("hatchling", "hatch-vcs", "editables~=0.3"), True),
     "setuptools": ("setuptools.build_meta", ("setuptools>=64",), False),
     "setup-py": ("setuptools.build_meta:__legacy__", (*LEGACY, "setuptools-scm"), True),
     "scikit-build": (
@@ -53,7 +53,12 @@ def test_setup_cfg_and_hook_dependencies(tmp_path):
         '[tool.hatch.build.targets.wheel.hooks.mypyc]\ndependencies = ["hatch-mypyc"]\n'
     )
     # A hatchling project's setup.cfg is not setuptools' business.
-    assert build_requirements(tmp_path).requires == ("hatchling", "jinja2", "hatch-mypyc")
+    assert build_requirements(tmp_path).requires == (
+        "hatchling",
+        "editables~=0.3",
+        "jinja2",
+        "hatch-mypyc",
+    )
 
 
 def test_a_pyproject_without_build_system_gets_pips_default(tmp_path):
