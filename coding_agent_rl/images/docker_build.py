@@ -24,6 +24,7 @@ _RUNNING = re.compile(r"^ ---> Running in ([0-9a-f]{12,64})$")
 _COMMITTED = re.compile(r"^ ---> ([0-9a-f]{12,64})$")
 _ACTIVE: set[_Build] = set()
 _GUARD = threading.Lock()
+_STOPPED = threading.Event()  # set by cancel_all: no build starts until reset()
 
 
 class BuildFailed(ImageBuildError):
@@ -127,8 +128,20 @@ def _socket(response: Any) -> socket.socket | None:
     return sock if isinstance(sock, socket.socket) else None
 
 
+def reset() -> None:
+    """Let builds start again after :func:`cancel_all`."""
+    _STOPPED.clear()
+
+
+def raise_if_cancelled(what: str) -> None:
+    if _STOPPED.is_set():
+        raise BuildCancelled(f"{what}: cancelled")
+
+
 def cancel_all() -> None:
-    """Stop every build in flight in this process (their threads raise BuildCancelled)."""
+    """Stop every build in flight in this process (their threads raise BuildCancelled); none
+    starts until :func:`reset`."""
+    _STOPPED.set()
     with _GUARD:
         active = list(_ACTIVE)
     for b in active:
@@ -165,6 +178,7 @@ def docker_build(
     taken from the engine's build cache."""
     import docker
 
+    raise_if_cancelled(f"build of {tag}")
     client = docker.from_env()
     b = _Build(client, sink)
 
@@ -182,7 +196,7 @@ def docker_build(
         try:
             stream = client.api.build(
                 path=str(context),
-                dockerfile=str(dockerfile.relative_to(context)),
+                dockerfile=str(dockerfile.absolute()),  # may lie outside the context
                 tag=tag,
                 labels=labels,
                 rm=True,
@@ -201,6 +215,7 @@ def docker_build(
                     error = str(chunk["error"]).strip()
                     b.feed(f"\n{error}\n")
             b.feed("\n")
+            sink.write(f"# docker build ended at {time.strftime('%H:%M:%S')}\n")
         except docker.errors.APIError as e:
             error = (e.explanation or str(e)).strip()
             b.feed(f"\n{error}\n")

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from coding_agent_rl.datasets.schema import TaskRow
 from coding_agent_rl.images.common import BASE_IMAGE, ImageBuildError
 from coding_agent_rl.images.dataset import SOURCE_LABEL, build_image
-from coding_agent_rl.images.docker_build import cancel_all
+from coding_agent_rl.images.docker_build import cancel_all, reset
 
 
 @dataclasses.dataclass
@@ -178,6 +178,7 @@ def provide_images(
             detail = lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}"
             return ImageReport(image, [r.instance_id for r in group], "failed", detail[:2000])
 
+    reset()
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, concurrency))
     try:
         return list(pool.map(one, groups.items()))

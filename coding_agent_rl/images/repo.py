@@ -28,6 +28,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from typing import Any
 
 from coding_agent_rl import settings
@@ -43,7 +44,7 @@ from coding_agent_rl.datasets.recipes import (
 from coding_agent_rl.datasets.schema import TaskRow
 from coding_agent_rl.images.common import ImageBuildError
 from coding_agent_rl.images.dataset import _image_id, _label, build_image
-from coding_agent_rl.images.docker_build import BuildCancelled
+from coding_agent_rl.images.docker_build import BuildCancelled, raise_if_cancelled
 from coding_agent_rl.images.failure import root_cause
 from coding_agent_rl.images.repo_source import checkout_at, mirror, source_url
 
@@ -135,10 +136,13 @@ def _pip_download(
 ) -> None:
     cmd = [sys.executable, "-m", "pip", "download", "-q", "-d", str(dest)]
     cmd += pip_platform_args(base_image) + reqs
+    t0 = time.monotonic()
     r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env})
     with log_path.open("a") as log:
-        log.write(f"$ {shlex.join(cmd)}\n{r.stdout}{r.stderr}(exit {r.returncode})\n")
+        log.write(f"$ {shlex.join(cmd)}\n{r.stdout}{r.stderr}")
+        log.write(f"(exit {r.returncode}, {time.monotonic() - t0:.1f}s)\n")
     if r.returncode != 0:
+        raise_if_cancelled("pip download")  # Ctrl-C reached pip too
         lines = r.stderr.splitlines()
         cause = root_cause(lines) or f"exit {r.returncode}"
         raise ImageBuildError(
@@ -221,9 +225,10 @@ def build_repo_image(
     log_path, ctx = folder / f"{slug(image)}.log", folder / f"{slug(image)}.context"
     shutil.rmtree(ctx, ignore_errors=True)
     ctx.mkdir()
-    log_path.write_text(f"# {image}: {url} at {row.base_commit}\n")
+    log_path.write_text(f"# {image}: {url} at {row.base_commit} ({time.strftime('%H:%M:%S')})\n")
     keep = False
     try:
+        raise_if_cancelled(f"build of {image}")
         base = checkout_at(mirror(url), row.base_commit, ctx / "repo", single_branch=single_branch)
         try:
             recipe = recipe_for(row.metadata, ctx / "repo")
@@ -233,11 +238,13 @@ def build_repo_image(
         wheels.mkdir()
         keep = True
         download_wheels(recipe, ctx / "repo", wheels, base_image, log_path)
+        raise_if_cancelled(f"build of {image}")
         script = install_script(recipe, row.workdir, WHEELS)
         (wheels / "car-install.sh").write_text(script)
         (ctx / "Dockerfile").write_text(dockerfile(base_image, row.workdir, row, digest))
         with log_path.open("a") as log:
             log.write(f"# Dockerfile\n{(ctx / 'Dockerfile').read_text()}# car-install.sh\n{script}")
+            log.write(f"# docker build at {time.strftime('%H:%M:%S')}\n")
         build_image(
             image,
             BuildSpec(context=ctx, dockerfile=ctx / "Dockerfile"),
