@@ -147,7 +147,7 @@ def _pip_download(
         cause = root_cause(lines) or f"exit {r.returncode}"
         raise ImageBuildError(
             f"pip download on the host failed: {cause}; log: {log_path}; "
-            f"reproduce: {shlex.join(cmd)}"
+            f"reproduce: {shlex.join(['env', *(f'{k}={v}' for k, v in env.items()), *cmd])}"
         )
 
 
