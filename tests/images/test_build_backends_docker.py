@@ -18,7 +18,9 @@ import pytest
 from support.backend_repos import BACKENDS, VERSION, backend_record, make_backend_repo
 from support.rollout_helpers import GIVE_UP, RUN_ID, containers, write_script
 
-pytestmark = [pytest.mark.docker, pytest.mark.agents]
+# The module's fixture builds 11 images, validates 9 rows and runs 2 rollouts: about 3 minutes on
+# an idle 2-core machine, 8-10 under a load of 30+ (the suite's 600 s would cut it there).
+pytestmark = [pytest.mark.docker, pytest.mark.agents, pytest.mark.timeout(1500)]
 CLI = [sys.executable, "-m", "coding_agent_rl.cli"]
 TEMPLATE = "coding-agent-rl/test-backend-{id_1776}:latest"
 HOST_BAD = "undeclared-import"  # setup.py imports what nothing installs: fails on the host
