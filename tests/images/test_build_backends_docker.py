@@ -18,8 +18,8 @@ import pytest
 from support.backend_repos import BACKENDS, VERSION, backend_record, make_backend_repo
 from support.rollout_helpers import GIVE_UP, RUN_ID, containers, write_script
 
-# The module's fixture builds 11 images, validates 9 rows and runs 2 rollouts: about 3 minutes on
-# an idle 2-core machine, 8-10 under a load of 30+ (the suite's 600 s would cut it there).
+# The module's fixture builds 11 images, validates 9 rows and runs 2 rollouts: 8-9 minutes measured
+# on 2 cores under a load of 30+ (where the suite's 600 s cut it once).
 pytestmark = [pytest.mark.docker, pytest.mark.agents, pytest.mark.timeout(1500)]
 CLI = [sys.executable, "-m", "coding_agent_rl.cli"]
 TEMPLATE = "coding-agent-rl/test-backend-{id_1776}:latest"
