@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 from coding_agent_rl import settings
@@ -79,6 +80,33 @@ def build_parser(*, with_failures: bool = False) -> argparse.ArgumentParser:
     return parser
 
 
+def _dataset_parser(parser: argparse.ArgumentParser, rest: list[str]):
+    """The (sub)parser ``rest`` reaches when it has a ``--dataset`` option, else None."""
+    if "--dataset" in parser._option_string_actions:
+        return parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for i, word in enumerate(rest):
+                if word in action.choices:
+                    return _dataset_parser(action.choices[word], rest[i + 1 :])
+    return None
+
+
+def positional_dataset(parser: argparse.ArgumentParser, rest: list[str]) -> str | None:
+    """A dataset path given without ``--dataset`` (``validate rows.jsonl``), else None."""
+    target = _dataset_parser(parser, rest)
+    if target is None or any(w == "--dataset" or w.startswith("--dataset=") for w in rest):
+        return None
+    options = target._option_string_actions
+    for prev, word in zip(["", *rest], rest, strict=False):
+        takes_value = prev in options and options[prev].nargs != 0
+        if word.startswith("-") or takes_value:
+            continue
+        if word.endswith((".jsonl", ".json", ".parquet")) or os.path.isfile(word):
+            return word
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     asks_help = not argv or argv[0] in ("-h", "--help")
@@ -101,6 +129,12 @@ def main(argv: list[str] | None = None) -> int:
         raise
     sub = argparse.ArgumentParser(prog=f"coding-agent-rl {top.command}", description=help_text)
     module.add_arguments(sub)
+    if (path := positional_dataset(sub, rest)) is not None:
+        print(
+            f"coding-agent-rl {top.command}: error: the dataset is an option: --dataset {path}",
+            file=sys.stderr,
+        )
+        return 2
     args = sub.parse_args(rest)
     args.verbose = top.verbose
     try:

@@ -3,7 +3,9 @@
 ``images build --dataset FILE`` provides every row's image: built from the row's Dockerfile
 context, used as is when the engine has it, pulled with ``--pull``, or built from the
 repository's git source with ``--repo-source TEMPLATE`` (see images/provision.py). It prints
-one summary line per image and exits 1 when an image is missing or failed.
+one summary line per image and exits 1 when an image is missing or failed; a failed build's
+line names the root cause, the log (``<dataset stem>.build-logs/<image>.log`` beside the
+dataset) and the command that reproduces it.
 
 ``--backend`` names any registered sandbox backend; what it builds is the backend's
 ``image_kind``: Docker images (docker), or the root filesystems the local (bubblewrap) backend
@@ -63,6 +65,7 @@ def _build(args: argparse.Namespace) -> int:
     from coding_agent_rl.datasets.schema import DatasetError, load_dataset
     from coding_agent_rl.images.common import BASE_IMAGE
     from coding_agent_rl.images.provision import provide_images
+    from coding_agent_rl.images.repo import log_dir_for
 
     if args.concurrency < 1:
         raise UserError("--concurrency must be at least 1")
@@ -85,6 +88,7 @@ def _build(args: argparse.Namespace) -> int:
         rebuild=args.rebuild,
         concurrency=args.concurrency,
         base_image=args.base or BASE_IMAGE,
+        log_dir=log_dir_for(args.dataset),
     )
     for r in reports:
         print(r.line())

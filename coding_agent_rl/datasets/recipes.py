@@ -12,7 +12,10 @@ Where the recipe comes from, first match wins:
    declares one) for a repository with ``pyproject.toml`` / ``setup.py`` / ``setup.cfg``.
 
 Builds have no network inside: every wheel is downloaded on the host (``pip download`` for the
-image's Python and platform) and installed with ``--no-index``. ``pre_install`` (apt) steps and a
+image's Python and platform) and installed with ``--no-index``, the build backend's own
+requirements too (build_requires.py): pip's isolated build environment installs them from the same
+wheel set. Backends that take the version from git (setuptools-scm, hatch-vcs, pdm's scm source)
+are given the row's ``version`` (or ``0.0.0``) through their environment variables. ``pre_install`` (apt) steps and a
 conda ``environment.yml`` cannot run offline: they are noted, not run; the environment uses the
 image's Python, whatever version a spec asks for.
 """
@@ -21,9 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import re
 import shlex
 import sys
 from typing import Any
+
+from coding_agent_rl.datasets.build_requires import build_requirements
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -41,6 +47,13 @@ REQUIREMENT_FILES = (
     "dev-requirements.txt",
 )
 TEST_EXTRAS = ("test", "tests", "testing")
+_PEP440 = re.compile(r"^\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?$")
+# Read by setuptools-scm (hence hatch-vcs), pdm-backend, poetry-dynamic-versioning.
+_VERSION_VARS = (
+    "SETUPTOOLS_SCM_PRETEND_VERSION",
+    "PDM_BUILD_SCM_VERSION",
+    "POETRY_DYNAMIC_VERSIONING_BYPASS",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +66,12 @@ class Recipe:
     install: str = ""  # shell command; empty: the repository is not installed
     extras: tuple[str, ...] = ()  # of the repository itself, for the wheel download
     notes: tuple[str, ...] = ()
+    build_requires: tuple[str, ...] = ()  # the build backend's, downloaded apart
+    version: str = "0.0.0"  # given to backends that read it from git
+
+    def environment(self) -> dict[str, str]:
+        """Environment of the host's download and the image's install."""
+        return {k: self.version for k in _VERSION_VARS}
 
     def key(self) -> dict[str, Any]:
         """What the image's content hash covers."""
@@ -149,12 +168,21 @@ def generic(repo_dir: pathlib.Path) -> Recipe:
     )
 
 
+def pretend_version(version: Any) -> str:
+    """The row's ``version`` when it is a PEP 440 version, else ``0.0.0``."""
+    text = str(version or "").strip().lstrip("v")
+    return text if _PEP440.match(text) else "0.0.0"
+
+
 def recipe_for(metadata: dict[str, Any], repo_dir: pathlib.Path) -> Recipe:
-    """The recipe for a row (its metadata) whose repository is checked out at ``repo_dir``."""
+    """The recipe for a row (its metadata) whose repository is checked out at ``repo_dir``.
+    Raises ValueError for a ``pyproject.toml`` that is not TOML."""
     declared = declared_spec(metadata)
-    if declared:
-        return from_spec(*declared, repo_dir)
-    return generic(repo_dir)
+    recipe = from_spec(*declared, repo_dir) if declared else generic(repo_dir)
+    needs = build_requirements(repo_dir).requires if recipe.install else ()
+    return dataclasses.replace(
+        recipe, build_requires=needs, version=pretend_version(metadata.get("version"))
+    )
 
 
 def install_script(recipe: Recipe, workdir: str, wheels: str) -> str:
@@ -167,6 +195,7 @@ def install_script(recipe: Recipe, workdir: str, wheels: str) -> str:
         f"pip_wheel=$(ls {q(wheels)}/pip-*.whl | sort -V | tail -n 1)",
         f'{VENV}/bin/python "$pip_wheel/pip" install -q pip',
         f"export PATH={VENV}/bin:$PATH VIRTUAL_ENV={VENV}",
+        "export " + " ".join(f"{k}={q(v)}" for k, v in recipe.environment().items()),
         "python -m pip install -q " + " ".join(q(p) for p in (*ALWAYS[1:], *recipe.packages)),
         f"cd {q(workdir)}",
     ]

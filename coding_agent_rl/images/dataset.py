@@ -9,11 +9,13 @@ of the local images it starts FROM; an image whose label matches is reused witho
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import pathlib
 import re
 import subprocess
+import tempfile
 from collections.abc import Callable
 
 from coding_agent_rl.datasets.schema import BuildSpec, load_dataset
@@ -72,23 +74,40 @@ def build_image(
     rebuild: bool = False,
     digest: str | None = None,
     source: str = "dockerfile",
+    log_path: pathlib.Path | None = None,
+    nocache: bool = False,
+    append: bool = False,
 ) -> bool:
     """Build ``image`` from ``spec`` unless an up-to-date one exists; True when it was built.
     ``digest``: the content hash when the caller knows it (default: :func:`content_hash`);
-    ``source``: how the image was made, kept in the :data:`SOURCE_LABEL` label."""
+    ``source``: how the image was made, kept in the :data:`SOURCE_LABEL` label; ``log_path``:
+    where the build's whole output goes (kept; a failure's message names it); ``nocache``: no
+    step from the engine's build cache; ``append``: add to the log rather than replace it."""
+    from coding_agent_rl.images.docker_build import BuildFailed, docker_build
+
     digest = digest or content_hash(spec)
     if not rebuild and _label(image) == digest:
         log.info("%s is up to date (%s)", image, digest)
         return False
     log.info("building %s from %s", image, spec.context)
-    cmd = ["docker", "build", "-q", "-f", str(spec.dockerfile)]
-    cmd += ["--label", f"{HASH_LABEL}={digest}", "--label", f"{SOURCE_LABEL}={source}"]
-    cmd += ["-t", image, str(spec.context)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise ImageBuildError(
-            f"docker build of {image} failed: {(r.stderr or r.stdout).strip()[-1500:]}"
-        )
+    labels = {HASH_LABEL: digest, SOURCE_LABEL: source}
+    with contextlib.ExitStack() as stack:
+        if log_path is None:
+            sink = stack.enter_context(tempfile.TemporaryFile("w+"))
+        else:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            sink = stack.enter_context(log_path.open("a" if append else "w"))
+        try:
+            docker_build(
+                image, spec.context, spec.dockerfile, labels=labels, sink=sink, nocache=nocache
+            )
+        except BuildFailed as e:
+            where = f"; log: {log_path}" if log_path else ""
+            step = f"; failed command: {e.command}" if e.command else ""
+            raise ImageBuildError(
+                f"docker build of {image} failed: {e.cause}{step}{where}; reproduce: "
+                f"docker build -f {spec.dockerfile} {spec.context}"
+            ) from None
     return True
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import json
+import pathlib
 import subprocess
 import sys
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from coding_agent_rl.datasets.schema import TaskRow
 from coding_agent_rl.images.common import BASE_IMAGE, ImageBuildError
 from coding_agent_rl.images.dataset import SOURCE_LABEL, build_image
+from coding_agent_rl.images.docker_build import cancel_all, reset
 
 
 @dataclasses.dataclass
@@ -96,15 +98,17 @@ def _provide(
     rebuild: bool,
     base_image: str,
     progress: Callable[[str], None],
+    log_dir: pathlib.Path | None,
 ) -> ImageReport:
-    from coding_agent_rl.images.repo import build_repo_image, buildable, image_key
+    from coding_agent_rl.images.repo import build_repo_image, buildable, image_key, slug
 
     report = ImageReport(image, [r.instance_id for r in rows])
     first = rows[0]
     if first.build is not None:
         if any(r.build != first.build for r in rows):
             raise ImageBuildError("rows name this image with different build contexts")
-        built = build_image(image, first.build, rebuild=rebuild)
+        log_path = log_dir / f"{slug(image)}.log" if log_dir else None
+        built = build_image(image, first.build, rebuild=rebuild, log_path=log_path, nocache=rebuild)
         report.source, report.detail = "built", "" if built else "up to date"
         return report
     origin = image_origin(image)
@@ -126,7 +130,7 @@ def _provide(
             why = "rows sharing it differ in repo, base_commit, workdir or recipe"
         if why is None:
             built, report.detail = build_repo_image(
-                image, first, repo_source, base_image=base_image, rebuild=rebuild
+                image, first, repo_source, base_image=base_image, rebuild=rebuild, log_dir=log_dir
             )
             report.source = "built"
             return report
@@ -148,8 +152,11 @@ def provide_images(
     concurrency: int = 2,
     base_image: str = BASE_IMAGE,
     progress: Callable[[str], None] | None = None,
+    log_dir: pathlib.Path | None = None,
 ) -> list[ImageReport]:
-    """One report per distinct image of ``rows`` (in row order); never raises for one image."""
+    """One report per distinct image of ``rows`` (in row order); never raises for one image.
+    ``log_dir``: where each build's log goes (default: the cache's ``build-logs``). An
+    interrupt (Ctrl-C) stops every build in flight and removes what they made."""
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     groups = _group(rows)
 
@@ -164,11 +171,19 @@ def provide_images(
                 rebuild=rebuild,
                 base_image=base_image,
                 progress=say,
+                log_dir=log_dir,
             )
         except Exception as e:  # one image's failure is one summary line
             lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()] or [repr(e)]
             detail = lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}"
-            return ImageReport(image, [r.instance_id for r in group], "failed", detail[:600])
+            return ImageReport(image, [r.instance_id for r in group], "failed", detail[:2000])
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+    reset()
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, concurrency))
+    try:
         return list(pool.map(one, groups.items()))
+    except BaseException:  # Ctrl-C: the running builds stop, their threads clean up
+        cancel_all()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

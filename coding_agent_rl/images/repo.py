@@ -5,11 +5,14 @@ The image is ``FROM`` the base image (``coding-agent-rl/base`` unless told other
 repository at ``base_commit`` in the row's workdir, set up as SWE-bench sets up its
 repositories (repo_source.py), and an isolated venv with pytest and the repository in
 development mode (recipes.py), first on ``PATH``. Wheels are downloaded on the host for the base
-image's Python and platform; nothing inside the build needs the network.
+image's Python and platform, the build backend's requirements too (build_requires.py), so
+nothing inside the build needs the network. Each build's output is kept in a log beside the
+dataset (``<stem>.build-logs/<image>.log``); a failure is one line: the root cause
+(failure.py), how to reproduce it, where the log is.
 
 Idempotent by content hash: the label :data:`~coding_agent_rl.images.dataset.HASH_LABEL`
-covers the base image's id, the repository, ``base_commit``, the workdir, the declared recipe
-and this builder's version, so an up-to-date image costs one ``docker image inspect`` (no clone,
+covers the base image's id, the repository, ``base_commit``, the workdir, the declared recipe,
+the version given to version-from-git backends and this builder's version, so an up-to-date image costs one ``docker image inspect`` (no clone,
 no download).
 """
 
@@ -18,21 +21,34 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 import pathlib
+import re
 import shlex
+import shutil
 import subprocess
 import sys
-import tempfile
+import time
 from typing import Any
 
+from coding_agent_rl import settings
 from coding_agent_rl.datasets.buildspec import BuildSpec
-from coding_agent_rl.datasets.recipes import ALWAYS, VENV, declared_spec, install_script, recipe_for
+from coding_agent_rl.datasets.recipes import (
+    ALWAYS,
+    VENV,
+    declared_spec,
+    install_script,
+    pretend_version,
+    recipe_for,
+)
 from coding_agent_rl.datasets.schema import TaskRow
 from coding_agent_rl.images.common import ImageBuildError
 from coding_agent_rl.images.dataset import _image_id, _label, build_image
+from coding_agent_rl.images.docker_build import BuildCancelled, raise_if_cancelled
+from coding_agent_rl.images.failure import root_cause
 from coding_agent_rl.images.repo_source import checkout_at, mirror, source_url
 
-BUILDER_VERSION = "2"
+BUILDER_VERSION = "3"
 WHEELS = "/tmp/car-wheels"
 _PATH = f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -56,6 +72,7 @@ def image_key(row: TaskRow) -> dict[str, Any]:
         "base_commit": row.base_commit,
         "workdir": row.workdir,
         "recipe": spec,
+        "version": pretend_version(row.metadata.get("version")),
     }
 
 
@@ -110,24 +127,46 @@ def pip_platform_args(base_image: str) -> list[str]:
     return args
 
 
-def download_wheels(
-    recipe: Any, repo_dir: pathlib.Path, dest: pathlib.Path, base_image: str
+def _pip_download(
+    reqs: list[str],
+    dest: pathlib.Path,
+    base_image: str,
+    env: dict[str, str],
+    log_path: pathlib.Path,
 ) -> None:
-    """Every wheel the recipe installs, for the base image's Python, into ``dest``."""
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "-d", str(dest)]
+    cmd += pip_platform_args(base_image) + reqs
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env})
+    with log_path.open("a") as log:
+        log.write(f"$ {shlex.join(cmd)}\n{r.stdout}{r.stderr}")
+        log.write(f"(exit {r.returncode}, {time.monotonic() - t0:.1f}s)\n")
+    if r.returncode != 0:
+        raise_if_cancelled("pip download")  # Ctrl-C reached pip too
+        lines = r.stderr.splitlines()
+        cause = root_cause(lines) or f"exit {r.returncode}"
+        raise ImageBuildError(
+            f"pip download on the host failed: {cause}; log: {log_path}; "
+            f"reproduce: {shlex.join(['env', *(f'{k}={v}' for k, v in env.items()), *cmd])}"
+        )
+
+
+def download_wheels(
+    recipe: Any, repo_dir: pathlib.Path, dest: pathlib.Path, base_image: str, log_path: pathlib.Path
+) -> None:
+    """Every wheel the recipe installs, for the base image's Python, into ``dest``: the
+    runtime requirements, then (resolved apart: they go into pip's isolated build environment)
+    the build backend's."""
     reqs = [*ALWAYS, *recipe.packages]
     for f in recipe.requirement_files:
         reqs += ["-r", str(repo_dir / f)]
     if recipe.install:
         extras = f"[{','.join(recipe.extras)}]" if recipe.extras else ""
         reqs.append(f"{repo_dir}{extras}")
-    cmd = [sys.executable, "-m", "pip", "download", "-q", "-d", str(dest)]
-    cmd += pip_platform_args(base_image) + reqs
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        errors = [ln for ln in r.stderr.splitlines() if ln.startswith("ERROR")] or [
-            r.stderr.strip()[-400:]
-        ]
-        raise ImageBuildError(f"pip download failed: {errors[0][:400]}")
+    env = recipe.environment()
+    _pip_download(reqs, dest, base_image, env, log_path)
+    if recipe.build_requires:
+        _pip_download(list(recipe.build_requires), dest, base_image, env, log_path)
 
 
 def dockerfile(base_image: str, workdir: str, row: TaskRow, digest: str) -> str:
@@ -145,6 +184,21 @@ def dockerfile(base_image: str, workdir: str, row: TaskRow, digest: str) -> str:
     )
 
 
+def log_dir_for(dataset: str | pathlib.Path | None) -> pathlib.Path:
+    """Where build logs go: ``<dataset stem>.build-logs/`` beside the dataset when that folder
+    is writable, else the cache's ``build-logs/``."""
+    if dataset is not None:
+        path = pathlib.Path(dataset)
+        folder = path.with_name(f"{path.stem}.build-logs")
+        if os.access(path.parent, os.W_OK):
+            return folder
+    return pathlib.Path(settings.current().cache_root) / "build-logs"
+
+
+def slug(image: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", image)
+
+
 def build_repo_image(
     image: str,
     row: TaskRow,
@@ -153,30 +207,61 @@ def build_repo_image(
     base_image: str,
     rebuild: bool = False,
     single_branch: bool = True,
+    log_dir: pathlib.Path | None = None,
 ) -> tuple[bool, str]:
     """Build ``image`` for ``row`` from ``template``'s repository unless it is up to date;
-    returns (built, detail). Raises ImageBuildError / RepoSourceError naming the problem."""
+    returns (built, detail). Raises ImageBuildError / RepoSourceError naming the problem.
+
+    The build's output goes to ``<log_dir>/<image>.log``; its context is built in
+    ``<log_dir>/<image>.context`` and kept when a step fails (the message says how to
+    reproduce it there), removed otherwise."""
     digest = content_hash(row, base_image, single_branch)
     if not rebuild and up_to_date(image, digest):
         return False, "up to date"
     assert row.repo and row.base_commit
     url = source_url(template, row.repo)
-    with tempfile.TemporaryDirectory(prefix="car-build-") as tmp:
-        ctx = pathlib.Path(tmp)
+    folder = log_dir or log_dir_for(None)
+    folder.mkdir(parents=True, exist_ok=True)
+    log_path, ctx = folder / f"{slug(image)}.log", folder / f"{slug(image)}.context"
+    shutil.rmtree(ctx, ignore_errors=True)
+    ctx.mkdir()
+    log_path.write_text(f"# {image}: {url} at {row.base_commit} ({time.strftime('%H:%M:%S')})\n")
+    keep = False
+    try:
+        raise_if_cancelled(f"build of {image}")
         base = checkout_at(mirror(url), row.base_commit, ctx / "repo", single_branch=single_branch)
-        recipe = recipe_for(row.metadata, ctx / "repo")
+        try:
+            recipe = recipe_for(row.metadata, ctx / "repo")
+        except ValueError as e:
+            raise ImageBuildError(f"{row.repo}@{base[:12]}: {e}") from None
         wheels = ctx / "wheels"
         wheels.mkdir()
-        download_wheels(recipe, ctx / "repo", wheels, base_image)
-        (wheels / "car-install.sh").write_text(install_script(recipe, row.workdir, WHEELS))
+        keep = True
+        download_wheels(recipe, ctx / "repo", wheels, base_image, log_path)
+        raise_if_cancelled(f"build of {image}")
+        script = install_script(recipe, row.workdir, WHEELS)
+        (wheels / "car-install.sh").write_text(script)
         (ctx / "Dockerfile").write_text(dockerfile(base_image, row.workdir, row, digest))
+        with log_path.open("a") as log:
+            log.write(f"# Dockerfile\n{(ctx / 'Dockerfile').read_text()}# car-install.sh\n{script}")
+            log.write(f"# docker build at {time.strftime('%H:%M:%S')}\n")
         build_image(
             image,
             BuildSpec(context=ctx, dockerfile=ctx / "Dockerfile"),
             rebuild=True,
             digest=digest,
             source="repo",
+            log_path=log_path,
+            nocache=rebuild,
+            append=True,
         )
+        keep = False
+    except BaseException as e:  # a failed step's context is kept to reproduce it
+        keep = keep and isinstance(e, ImageBuildError) and not isinstance(e, BuildCancelled)
+        raise
+    finally:
+        if not keep:
+            shutil.rmtree(ctx, ignore_errors=True)
     notes = "; ".join(recipe.notes)
     detail = f"{row.repo}@{base[:12]}, {recipe.source} recipe" + (f" ({notes})" if notes else "")
     return True, detail

@@ -64,5 +64,7 @@ def test_builds_once_and_rebuilds_when_the_context_changes(tmp_path):
         (ctx / "repo" / "a.py").write_text("A = 2\n")
         build_dataset_images(dataset)
         assert image_id(IMAGE) != first
+        # The image the tag named before is not left dangling.
+        assert subprocess.run(["docker", "image", "inspect", first], capture_output=True).returncode
     finally:
         subprocess.run(["docker", "rmi", "-f", IMAGE], capture_output=True)
