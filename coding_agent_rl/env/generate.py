@@ -147,6 +147,18 @@ async def _state(args: Any) -> _State:
     return _states[key]
 
 
+def build_env(module: Any, sample: Any, args: Any) -> Any:
+    """``module.build_env(sample=..., args=...)``; a positional ``build_env(sample, args)`` too
+    (slime falls back to that on ``TypeError``)."""
+    try:
+        return module.build_env(sample=sample, args=args)
+    except TypeError as keyword_error:
+        try:
+            return module.build_env(sample, args)
+        except TypeError:
+            raise keyword_error from None
+
+
 async def generate(
     args: Any, sample: Any, sampling_params: dict[str, Any], evaluation: bool = False
 ) -> Any:
@@ -161,7 +173,7 @@ async def generate(
         log.error("native loop: %s", e)
         return abort_sample(sample, f"native loop setup: {type(e).__name__}: {e}", "infra")
     try:
-        env = module.build_env(sample=sample, args=args)
+        env = build_env(module, sample, args)
     except Exception as e:
         return abort_sample(sample, f"build_env: {type(e).__name__}: {e}", "data")
     metadata = sample.metadata or {}

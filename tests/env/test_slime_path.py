@@ -1,4 +1,4 @@
-"""The native loop driven through slime's call path (stand-in: tests/support/slime_stand_in.py, through slime_path.py): a slime-style
+"""The native loop driven through slime's call path (slime's own code, vendored: tests/support/slime_vendor.py, through slime_path.py): a slime-style
 ``args`` namespace (``--custom-generate-function-path coding_agent_rl.env.generate.generate``,
 ``--rollout-interaction-env-path`` as a file path or a module, ``--custom-config-path`` YAML), a
 ``Sample`` class with slime's plain nested ``Status`` enum, ``generate_and_rm``'s branches, and
@@ -138,7 +138,10 @@ async def test_vlm_checkpoint_images_reach_slimes_sample(
     server.vision = vision
     args = slime_args(client.base_url, tmp_path, hf_checkpoint=str(tiny_vlm_dir))
     sample = calc_sample(0, png=True)
-    out = await generate_and_rm(args, sample, dict(SAMPLING))
+    # slime's GenerateState would load the VLM's AutoProcessor, whose video processor needs
+    # torchvision (not installed here); the state takes the text tokenizer, generate() the VLM.
+    text = str(qwen3_tokenizer_dir())
+    out = await generate_and_rm(args, sample, dict(SAMPLING), state_checkpoint=text)
     assert isinstance(out, SlimeSample) and out.status == SlimeSample.Status.COMPLETED, out.metadata
     assert len(out.multimodal_inputs["images"]) == 1  # one observation before the answer
     (item,) = vision.process_bytes([png(28, 28)])
