@@ -1,10 +1,11 @@
 """slime's entry point for the native loop with any environment module.
 
-``--custom-generate-function-path coding_agent_rl.env.generate.generate`` with
-``--rollout-interaction-env-path MODULE_OR_FILE.py`` (a module exposing
-``build_env(sample=..., args=...)``; ``coding_agent_rl.env.coding`` is our coding env) and
-``--custom-config-path CONFIG.yaml`` (``max_turns``, optionally ``rollout_interaction_env_path``,
-``max_env_retries_per_turn``, ``env_retry_backoff_s``, ``env_step_timeout_s``). slime copies the
+``--custom-generate-function-path coding_agent_rl.env.generate.generate`` and
+``--custom-config-path CONFIG.yaml``, whose keys (not flags: slime's parser has no such flags)
+are ``rollout_interaction_env_path`` (a registered name, a dotted module or a ``.py`` file
+exposing ``build_env(sample=..., args=...)``, or positionally ``build_env(sample, args)``;
+``coding_agent_rl.env.coding`` is our coding env), ``max_turns``, optionally
+``max_env_retries_per_turn``, ``env_retry_backoff_s``, ``env_step_timeout_s``. slime copies the
 YAML's keys onto ``args``; when it has not, the file is read here.
 
 Once per process: the tokenizer (``args.hf_checkpoint``; ``args.apply_chat_template_kwargs`` go
@@ -65,7 +66,9 @@ def loop_config_from_args(args: Any) -> tuple[str, LoopConfig]:
     env_path = setting(args, custom, "rollout_interaction_env_path")
     max_turns = setting(args, custom, "max_turns")
     if not env_path:
-        raise ValueError("--rollout-interaction-env-path is not set (args or custom config)")
+        raise ValueError(
+            "rollout_interaction_env_path is not set (a key of the --custom-config-path YAML)"
+        )
     if max_turns is None:
         raise ValueError("max_turns must be set in the --custom-config-path YAML")
     extra = {k: setting(args, custom, k) for k in CONFIG_KEYS}

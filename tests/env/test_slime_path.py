@@ -1,6 +1,6 @@
 """The native loop driven through slime's call path (slime's own code, vendored: tests/support/slime_vendor.py, through slime_path.py): a slime-style
 ``args`` namespace (``--custom-generate-function-path coding_agent_rl.env.generate.generate``,
-``--rollout-interaction-env-path`` as a file path or a module, ``--custom-config-path`` YAML), a
+``rollout_interaction_env_path`` as a file path or a module, ``--custom-config-path`` YAML), a
 ``Sample`` class with slime's plain nested ``Status`` enum, ``generate_and_rm``'s branches, and
 the conversion to training data. The policy is the real CPU server over HTTP."""
 
