@@ -251,15 +251,15 @@ def _aborted(out: Siblings, base: Any, instance_id: str, reason: str) -> Sibling
     return out
 
 
-async def reward(args: Any, samples: Any) -> Any:
+async def reward(args: Any, sample: Any) -> Any:
     """``--custom-rm-path``: the reward graded during ``generate`` (undivided per rollout).
 
     Called as slime calls it: one sample -> a float; a list (slime's batched call for a list
     result, even an empty one) -> one float per item; under ``--group-rm`` the group's items are
     rollouts (lists of siblings), each worth its rollout's reward."""
-    if isinstance(samples, list):
-        return [_reward_of(s) for s in samples]
-    return _reward_of(samples)
+    if isinstance(sample, list):
+        return [_reward_of(s) for s in sample]
+    return _reward_of(sample)
 
 
 def _reward_of(item: Any) -> float:
