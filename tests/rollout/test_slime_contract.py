@@ -298,6 +298,8 @@ async def test_reward_hook_takes_slimes_batched_calls(fresh_runtime, tokenizer_d
     rm = slime().rm_hub
     args = args_for(custom_rm_path="coding_agent_rl.generate.reward")
     assert await rm.batched_async_rm(args, []) == []
+    # without a hook (--custom-rm-path unset) slime's batched call for our results is empty too
+    assert await rm.batched_async_rm(args_for(custom_rm_path=None), []) == []
     split = rollout(0, 10, 1.0, 3, "split")
     assert await rm.batched_async_rm(args, split) == [1.0, 1.0, 1.0]
     assert await rm.async_rm(args, split[0]) == 1.0
@@ -462,3 +464,18 @@ def test_build_env_falls_back_to_positional_arguments():
 
     with pytest.raises(TypeError, match="inside build_env"):
         build_env(pytypes.SimpleNamespace(build_env=broken), "s", "a")
+
+
+def test_siblings_survive_copies_and_pickling():
+    """slime deep-copies and (through Ray) pickles what it holds: a group item stays a
+    ``Siblings`` with its origin, its samples and what it answers."""
+    import copy
+    import pickle
+
+    item = Siblings(rollout(0, 10, 1.0, 2, "split"), origin=SlimeSample(index=10))
+    for other in (copy.deepcopy(item), pickle.loads(pickle.dumps(item)), copy.copy(item)):
+        assert type(other) is Siblings and other == item and other.origin.index == 10
+        assert other.reward == 1.0 and other.status is item.status is item[-1].status
+    assert [s.reward for s in item] == [0.5, 0.5]  # split: each sibling half, the item whole
+    with pytest.raises(AttributeError):
+        _ = Siblings().response  # an empty item answers nothing

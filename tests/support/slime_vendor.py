@@ -172,7 +172,14 @@ def slime_args(**fields: Any) -> types.SimpleNamespace:
     s = slime()
     parser = argparse.ArgumentParser(allow_abbrev=False)
     s.arguments.get_slime_extra_args_provider()(parser)
-    defaults = {a.dest: a.default for a in parser._actions if a.dest != "help"}
+    defaults = {}
+    for action in parser._actions:
+        if action.dest == "help":
+            continue
+        value = action.default
+        if isinstance(value, str) and callable(action.type) and action.type is not str:
+            value = action.type(value)  # argparse converts string defaults the same way
+        defaults[action.dest] = value
     # sglang's own flags (the engine is not installed): the ones these paths read
     defaults.update(
         sglang_router_ip=None,
