@@ -479,3 +479,50 @@ def test_siblings_survive_copies_and_pickling():
     assert [s.reward for s in item] == [0.5, 0.5]  # split: each sibling half, the item whole
     with pytest.raises(AttributeError):
         _ = Siblings().response  # an empty item answers nothing
+
+
+def test_slimes_rollout_function_to_train_data(fresh_runtime, tokenizer_dir, tmp_path):
+    """slime's whole rollout side, as its ``RolloutManager`` runs it: its data source reads the
+    JSONL, its synchronous ``generate_rollout`` (its own event-loop thread) runs our generate
+    per sample, ends the step with its ``abort()``, and ``_get_rollout_data`` /
+    ``_convert_samples_to_train_data`` turn the groups into train data through our reward
+    post-process hook. Rows without an image: every rollout a placeholder, no Docker."""
+    from slime.utils.async_utils import run
+
+    from coding_agent_rl.policy.scripted import ScriptedPolicy
+    from coding_agent_rl.policy.server import PolicyServer
+
+    s = slime()
+    data = tmp_path / "rows.jsonl"
+    with data.open("w") as f:
+        for name in ("money", "pager"):
+            line = json.loads(json.dumps(dataset_lines()[name]))
+            del line["metadata"]["image"]
+            f.write(json.dumps(line) + "\n")
+    server = PolicyServer(ScriptedPolicy({"steps": []}), tokenizer_dir)
+    url = run(server.start("127.0.0.1", 0))  # on slime's loop, where abort() will call it
+    try:
+        args = args_for(
+            hf_checkpoint=tokenizer_dir,
+            prompt_data=str(data),
+            input_key="prompt",
+            label_key="label",
+            metadata_key="metadata",
+            rollout_global_dataset=True,
+            over_sampling_batch_size=2,
+            sglang_router_port=int(url.rsplit(":", 1)[1]),
+        )
+        fresh_state(args)
+        manager = trainer(args)
+        manager.generate_rollout = s.sglang_rollout.generate_rollout
+        manager.data_source = s.data_source.RolloutDataSourceWithBuffer(args)
+        flat, _ = manager._get_rollout_data(rollout_id=0)
+        train = manager._convert_samples_to_train_data(flat)
+    finally:
+        run(server.stop())
+    assert len(flat) == 4 and all(type(x) is SlimeSample for x in flat)
+    assert all(x.status is SlimeSample.Status.ABORTED for x in flat)
+    assert {x.metadata["failure_kind"] for x in flat} == {"data"}
+    assert train["loss_masks"] == [[0]] * 4 and train["rewards"] == [0.0] * 4
+    assert train["rollout_ids"] == [x.index for x in flat]
+    assert REWARD_CALLS == []  # placeholders are never scored

@@ -190,5 +190,10 @@ def slime_args(**fields: Any) -> types.SimpleNamespace:
         router_policy=None,
         rollout_num_engines=1,
     )
+    argv, sys.argv = sys.argv, sys.argv[:1]  # slime pre-parses its mode flags from the CLI
+    try:
+        defaults.update(vars(s.arguments._pre_parse_mode()))
+    finally:
+        sys.argv = argv
     defaults.update(fields)
     return types.SimpleNamespace(**defaults)
