@@ -34,7 +34,7 @@ every policy request of the rollout.
 
 Aborts, as slime aborts (it never cancels pending tasks): it sets ``GenerateState(args).aborted``,
 drains SGLang (in-flight policy requests come back ``abort``), then awaits every pending rollout.
-A rollout polls that flag (:mod:`coding_agent_rl.rollout.trainer_abort`; slime is never imported
+A rollout polls that flag (:mod:`coding_agent_rl.trainer_abort`; slime is never imported
 here) before its sandbox boots, and every 50 ms after: between turns, while grading, before an
 infra retry. Once set, the rollout is cancelled (the CLI stopped, its sandboxes destroyed) and
 ``generate`` returns one ABORTED placeholder with ``remove_sample=True`` (slime's
@@ -195,7 +195,7 @@ async def generate(
     aborted placeholder (``remove_sample=True``, ``metadata.abort_reason``). ``sample`` itself is
     left unchanged. A requeued ``Siblings`` (slime's partial rollouts) restarts from its origin."""
     from coding_agent_rl.datasets.schema import DatasetError, row_from_sample
-    from coding_agent_rl.rollout.trainer_abort import slime_abort_flag, until_stopped
+    from coding_agent_rl.trainer_abort import slime_abort_flag, until_stopped
 
     check_options(args)
     if isinstance(sample, Siblings) and sample.origin is not None:

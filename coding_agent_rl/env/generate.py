@@ -34,6 +34,8 @@ from coding_agent_rl.env.base import call
 from coding_agent_rl.env.episode import ABORTED, LoopConfig
 from coding_agent_rl.env.loop import run_episode
 from coding_agent_rl.env.sample import abort_sample, fill_sample
+from coding_agent_rl.errors import RolloutAborted
+from coding_agent_rl.trainer_abort import slime_abort_flag, until_stopped
 
 log = logging.getLogger(__name__)
 CONFIG_KEYS = ("max_env_retries_per_turn", "env_retry_backoff_s", "env_step_timeout_s")
@@ -180,22 +182,28 @@ async def generate(
     except Exception as e:
         return abort_sample(sample, f"build_env: {type(e).__name__}: {e}", "data")
     metadata = sample.metadata or {}
+    stop = slime_abort_flag(args)  # slime's end-of-step abort, polled through the episode
     try:
-        episode = await run_episode(
-            env,
-            engine=state.client,
-            encoder=state.encoder,
-            sampling_params=sampling_params,
-            config=config,
-            routing_key=getattr(sample, "session_id", None) or f"native-{uuid.uuid4().hex}",
-            prompt=sample.prompt,
-            tools=metadata.get("tools"),
+        episode = await until_stopped(
+            run_episode(
+                env,
+                engine=state.client,
+                encoder=state.encoder,
+                sampling_params=sampling_params,
+                config=config,
+                routing_key=getattr(sample, "session_id", None) or f"native-{uuid.uuid4().hex}",
+                prompt=sample.prompt,
+                tools=metadata.get("tools"),
+            ),
+            stop,
         )
         if episode.status == ABORTED:
             return abort_sample(
                 sample, episode.reason or episode.end, episode.failure_kind or "infra"
             )
-        outcome = await call(env.evaluate) if hasattr(env, "evaluate") else None
+        outcome = (
+            await until_stopped(call(env.evaluate), stop) if hasattr(env, "evaluate") else None
+        )
         if outcome is not None and outcome.failure_kind == "infra":
             return abort_sample(sample, f"evaluate: {outcome.reason}", "infra")
         reward = outcome.reward if outcome is not None else None
@@ -205,6 +213,8 @@ async def generate(
             if outcome.reason and (reward or 0.0) < 1.0:
                 extra["fail_reason"] = outcome.reason
         return fill_sample(sample, episode, decode=state.decode, reward=reward, metadata=extra)
+    except RolloutAborted as e:  # the trainer ended the step: the episode was cancelled
+        return abort_sample(sample, str(e), "aborted")
     except asyncio.CancelledError:
         raise
     except Exception as e:  # a bug must cost one sample, not the batch

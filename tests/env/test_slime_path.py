@@ -11,7 +11,14 @@ import uuid
 
 import pytest
 from support.calc_env import TOOLS
-from support.slime_path import RM_CALLS, SlimeSample, generate_and_rm, train_data
+from support.slime_path import (
+    RM_CALLS,
+    SlimeSample,
+    generate_and_rm,
+    train_data,
+    with_slime_defaults,
+)
+from support.slime_vendor import fresh_state
 from support.vision_helpers import png
 
 from coding_agent_rl.env import generate as env_generate
@@ -149,3 +156,17 @@ async def test_vlm_checkpoint_images_reach_slimes_sample(
     assert out.multimodal_train_inputs["pixel_values"].equal(item.train["pixel_values"])
     assert [len(r["image_data"]) for r in server.requests] == [0, 1]
     train_data([out])
+
+
+async def test_slimes_abort_flag_ends_the_episode(served, tmp_path):
+    """slime set ``GenerateState.aborted`` (the step is over): the episode is not run on, the
+    sample comes back as slime's aborted placeholder."""
+    args = with_slime_defaults(slime_args(served, tmp_path))
+    state = fresh_state(args)
+    state.aborted = True
+    try:
+        out = await env_generate.generate(args, calc_sample(9), dict(SAMPLING))
+    finally:
+        state.reset()
+    assert out.status is SlimeSample.Status.ABORTED and out.remove_sample
+    assert out.metadata["failure_kind"] == "aborted" and "aborted" in out.metadata["abort_reason"]

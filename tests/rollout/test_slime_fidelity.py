@@ -303,7 +303,7 @@ async def test_slimes_abort_returns_promptly_with_rollouts_at_every_stage(
     before their sandbox boots. Polling the flag, ``abort()`` returns within 5 s with one
     ABORTED placeholder per rollout and no sandbox left. Without it (defence off) the sleeping
     and grading rollouts run on and ``abort()`` has not returned after 10 s."""
-    from coding_agent_rl.rollout import trainer_abort
+    from coding_agent_rl import trainer_abort
     from coding_agent_rl.sandbox.docker_engine import default_run_id
 
     if defence == "off":

@@ -1,4 +1,4 @@
-"""slime's abort flag as rollouts poll it (``coding_agent_rl/rollout/trainer_abort.py``): read
+"""slime's abort flag as rollouts poll it (``coding_agent_rl/trainer_abort.py``): read
 from slime's own ``GenerateState`` (vendored slime), never imported by us; the rollout's work is
 cancelled with its clean-up awaited. No Docker: the rollouts at every stage are in
 ``test_slime_fidelity.py``."""
@@ -15,8 +15,8 @@ from support.rollout_helpers import EXAMPLES, dataset_lines
 from support.slime_vendor import fresh_state, slime, slime_args
 
 from coding_agent_rl import generate as gen
+from coding_agent_rl import trainer_abort
 from coding_agent_rl.errors import RolloutAborted
-from coding_agent_rl.rollout import trainer_abort
 
 
 class Work:

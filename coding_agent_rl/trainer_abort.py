@@ -13,11 +13,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from coding_agent_rl.errors import RolloutAborted
-from coding_agent_rl.rollout.agent import ABORT_POLL_S, settle
 
 T = TypeVar("T")
 StopCheck = Callable[[], "str | None"]
 
+POLL_S = 0.05  # how often a rollout looks at the flag
 SLIME_ROLLOUT = "slime.rollout.sglang_rollout"
 REASON = "the trainer aborted the rollout step (slime's GenerateState.aborted)"
 
@@ -45,8 +45,11 @@ async def until_stopped(work: Awaitable[T], stop: StopCheck | None) -> T:
         while True:
             if stop is not None and (why := stop()) is not None:
                 raise RolloutAborted(why)
-            done, _ = await asyncio.wait({task}, timeout=ABORT_POLL_S)
+            done, _ = await asyncio.wait({task}, timeout=POLL_S)
             if done:
                 return task.result()
     finally:
-        await settle(task)
+        task.cancel()  # a no-op once it is done
+        await asyncio.wait([task])
+        if not task.cancelled():
+            task.exception()  # seen (raised above when it mattered)
