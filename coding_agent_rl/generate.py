@@ -32,12 +32,19 @@ reason, tampering evidence when grading reports it), the same line ``run`` write
 results.jsonl. The caller's ``session_id`` (slime sets a uuid per sample) is the routing key of
 every policy request of the rollout.
 
-Aborts: when the trainer aborts its engines (slime, at the end of a rollout step), in-flight
-policy requests come back ``abort``; the adapter refuses the session's further requests, the CLI
-is stopped, the sandboxes are destroyed and the rollout returns one ABORTED placeholder with
-``remove_sample=True`` (slime's ``generate_and_rm`` then skips the reward model). A cancelled
-``generate`` (slime's default abort cancels pending tasks) destroys its sandboxes before the
-cancellation completes.
+Aborts, as slime aborts (it never cancels pending tasks): it sets ``GenerateState(args).aborted``,
+drains SGLang (in-flight policy requests come back ``abort``), then awaits every pending rollout.
+A rollout polls that flag (:mod:`coding_agent_rl.trainer_abort`; slime is never imported
+here) before its sandbox boots, and every 50 ms after: between turns, while grading, before an
+infra retry. Once set, the rollout is cancelled (the CLI stopped, its sandboxes destroyed) and
+``generate`` returns one ABORTED placeholder with ``remove_sample=True`` (slime's
+``generate_and_rm`` then skips the reward model; ``--partial-rollout`` requeues the group and the
+rollout restarts from its dataset row). A cancelled ``generate`` destroys its sandboxes before
+the cancellation completes.
+
+Options refused at the first call (one-line :class:`UnsupportedOption`, before any sandbox):
+``--rollout-top-p`` < 1 (slime's trainer then needs SGLang's top-p replay data per sampled token,
+which the adapter does not record) and ``--use-rollout-routing-replay`` (routed experts).
 
 Artifacts: with ``CODING_AGENT_RL_OUT_DIR`` set, the same files as ``run`` (results.jsonl
 appended per rollout, metrics.prom, and per rollout the diff, the agent's log and the test log);
@@ -53,7 +60,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from coding_agent_rl import settings
+from coding_agent_rl.errors import RolloutAborted, UserError
 from coding_agent_rl.settings import Settings
+from coding_agent_rl.siblings import Siblings
 from coding_agent_rl.types import aborted_sample, from_caller, to_caller
 
 _runtime: Any = None
@@ -62,8 +71,28 @@ _writer: Any = None  # RunWriter of CODING_AGENT_RL_OUT_DIR, once the runtime st
 
 # slime's --advantage-estimator values whose rewards it group-normalises, and those of them it
 # also divides by the group's standard deviation (with --grpo-std-normalization).
-NORMALIZED_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline", "rloo")
+NORMALIZED_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")
 STD_ESTIMATORS = ("grpo", "gspo", "cispo")
+
+
+class UnsupportedOption(UserError):
+    """A trainer option these rollouts cannot honour (refused before any rollout starts)."""
+
+
+def check_options(args: Any) -> None:
+    """Raise :class:`UnsupportedOption` for a slime option whose per-token data the rollouts do
+    not record (slime's trainer would assert on it after the whole rollout step)."""
+    top_p = getattr(args, "rollout_top_p", 1.0)
+    if top_p is not None and float(top_p) != 1.0:
+        raise UnsupportedOption(
+            f"--rollout-top-p {top_p}: coding_agent_rl does not record SGLang's top-p replay "
+            "data (rollout_top_p_token_ids/offsets); use --rollout-top-p 1.0"
+        )
+    if getattr(args, "use_rollout_routing_replay", False):
+        raise UnsupportedOption(
+            "--use-rollout-routing-replay: coding_agent_rl does not record SGLang's routed "
+            "experts (rollout_routed_experts); drop the flag"
+        )
 
 
 def runtime_config_from_args(args: Any, conf: Settings | None = None) -> Any:
@@ -163,41 +192,87 @@ async def _get_runtime(args: Any) -> Any:
 async def generate(
     args: Any, sample: Any, sampling_params: dict[str, Any], evaluation: bool = False
 ) -> list[Any]:
-    """One rollout of ``sample`` (a dataset row), as objects of ``sample``'s class. Never raises
-    for a per-sample failure: it returns one aborted placeholder (``remove_sample=True``,
-    ``metadata.abort_reason``). ``sample`` itself is left unchanged."""
+    """One rollout of ``sample`` (a dataset row), as a :class:`~coding_agent_rl.siblings.Siblings`
+    list of objects of ``sample``'s class. Never raises for a per-sample failure: it returns one
+    aborted placeholder (``remove_sample=True``, ``metadata.abort_reason``). ``sample`` itself is
+    left unchanged. A requeued ``Siblings`` (slime's partial rollouts) restarts from its origin."""
     from coding_agent_rl.datasets.schema import DatasetError, row_from_sample
+    from coding_agent_rl.trainer_abort import slime_abort_flag, until_stopped
 
+    check_options(args)
+    if isinstance(sample, Siblings) and sample.origin is not None:
+        sample = sample.origin
     base = from_caller(sample)
     if base.rollout_id is None:
         base.rollout_id = base.index
+
+    def placeholder(reason: str, kind: Any) -> Siblings:
+        return Siblings([to_caller(aborted_sample(base, reason, kind), sample)], origin=sample)
+
     try:
         row = row_from_sample(base, base_dir=_settings().dataset_dir)
     except DatasetError as e:
-        return [to_caller(aborted_sample(base, f"task data: {e}", "data"), sample)]
+        return placeholder(f"task data: {e}", "data")
+    stop = slime_abort_flag(args)
+    if stop is not None and (why := stop()) is not None:  # the step is over: boot nothing
+        return _aborted(placeholder(why, "aborted"), base, row.instance_id, why)
     try:
         runtime = await _get_runtime(args)
     except Exception as e:  # no adapter / tokenizer: nothing can run, but the batch goes on
-        reason = f"runtime start failed: {type(e).__name__}: {e}"
-        return [to_caller(aborted_sample(base, reason, "infra"), sample)]
-    outcome = await runtime.runner.run(
-        row, base, sampling_params=sampling_params, evaluation=evaluation
-    )
+        return placeholder(f"runtime start failed: {type(e).__name__}: {e}", "infra")
+    work = runtime.runner.run(row, base, sampling_params=sampling_params, evaluation=evaluation)
+    try:
+        outcome = await until_stopped(work, stop)
+    except RolloutAborted as e:
+        return _aborted(placeholder(str(e), "aborted"), base, row.instance_id, str(e))
     record = outcome.record
     record["agent"] = runtime.config.agent
     if _writer is not None:
         _writer.add([], record)
-    out = []
+    out = Siblings(origin=sample)
     for s in outcome.samples:
         s.metadata["rollout_record"] = dict(record)
         out.append(to_caller(s, sample))
     return out
 
 
-async def reward(args: Any, sample: Any) -> float:
-    """``--custom-rm-path``: the reward graded during ``generate`` (undivided per rollout)."""
-    stored = sample.metadata.get("rollout_reward", sample.reward)
-    return float(stored) if isinstance(stored, (int, float)) else 0.0
+def _aborted(out: Siblings, base: Any, instance_id: str, reason: str) -> Siblings:
+    """The trainer's abort placeholder, with a record saying so."""
+    record = {
+        "rollout_id": base.rollout_id,
+        "instance_id": instance_id,
+        "sample_index": base.index,
+        "group_index": base.group_index,
+        "reward": 0.0,
+        "failure_kind": "aborted",
+        "abort_reason": reason,
+        "retries": 0,
+    }
+    for s in out:
+        s.metadata["rollout_record"] = dict(record)
+    return out
+
+
+async def reward(args: Any, sample: Any) -> Any:
+    """``--custom-rm-path``: the reward graded during ``generate`` (undivided per rollout).
+
+    Called as slime calls it: one sample -> a float; a list (slime's batched call for a list
+    result, even an empty one) -> one float per item; under ``--group-rm`` the group's items are
+    rollouts (lists of siblings), each worth its rollout's reward."""
+    if isinstance(sample, list):
+        return [_reward_of(s) for s in sample]
+    return _reward_of(sample)
+
+
+def _reward_of(item: Any) -> float:
+    if isinstance(item, list):  # one rollout's siblings (slime's --group-rm)
+        return _as_float(Siblings(item).reward) if item else 0.0
+    stored = (item.metadata or {}).get("rollout_reward", item.reward)
+    return _as_float(stored)
+
+
+def _as_float(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) else 0.0
 
 
 def post_process_rewards(args: Any, samples: Sequence[Any]) -> tuple[list[float], list[float]]:
@@ -206,10 +281,11 @@ def post_process_rewards(args: Any, samples: Sequence[Any]) -> tuple[list[float]
 
     Groups by ``group_index``, rollouts by ``rollout_id``; each rollout counts once with its
     undivided reward (``metadata.rollout_reward``). For ``args.advantage_estimator`` in
-    :data:`NORMALIZED_ESTIMATORS` with ``args.rewards_normalization``: the group mean over
-    rollouts is subtracted, and for :data:`STD_ESTIMATORS` with ``args.grpo_std_normalization``
-    the result is divided by the group's standard deviation over rollouts + 1e-6 (``rloo``
-    scales by n / (n - 1), as slime does). Every sibling gets its rollout's value (reward mode
+    :data:`NORMALIZED_ESTIMATORS` with ``args.rewards_normalization`` (slime's default; off with
+    ``--disable-rewards-normalization``): the group mean over rollouts is subtracted, and for
+    :data:`STD_ESTIMATORS` with ``args.grpo_std_normalization`` (default; off with
+    ``--disable-grpo-std-normalization``) the result is divided by the group's standard
+    deviation over rollouts + 1e-6. Every sibling gets its rollout's value (reward mode
     ``full``) or value / K (``split``). Aborted / removed rollouts are left out of the group
     statistics (value 0). Otherwise ``rewards`` are the raw rewards, as slime's default.
     ``raw_rewards`` are the samples' own rewards (``reward``, or ``reward[args.reward_key]``).
@@ -234,7 +310,6 @@ def post_process_rewards(args: Any, samples: Sequence[Any]) -> tuple[list[float]
     rewards = normalized_rewards(
         samples,
         scale=estimator in STD_ESTIMATORS and bool(getattr(args, "grpo_std_normalization", False)),
-        rloo=estimator == "rloo",
         split_by_mode=True,
         reward_key=key,
     )

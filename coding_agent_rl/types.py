@@ -18,8 +18,11 @@ Invariants (checked by :meth:`Sample.check`):
 
 from __future__ import annotations
 
+import base64
+import copy
 import dataclasses
 import enum
+import io
 from typing import Any
 
 from coding_agent_rl.errors import FailureKind
@@ -190,8 +193,37 @@ def to_caller(sample: Sample, template: Any) -> Any:
     values["remove_sample"] = bool(sample.remove_sample)
     values["reward"] = _reward_value(sample.reward)
     init = {f.name for f in dataclasses.fields(cls) if f.init}
+    if cls is not Sample:
+        values["multimodal_inputs"] = _pil_images(values.get("multimodal_inputs"))
+        # the caller's own mutable fields (slime: spec_info, prefix_cache_info, ...): one copy
+        # per object handed back, so siblings never share them
+        for name in init - set(values):
+            value = getattr(template, name)
+            if isinstance(value, (dict, list, set)) or dataclasses.is_dataclass(value):
+                values[name] = copy.copy(value)
     out = dataclasses.replace(template, **{k: v for k, v in values.items() if k in init})
     for name, value in values.items():
         if name not in init:
             setattr(out, name, value)
     return out
+
+
+def _pil_images(inputs: Any) -> Any:
+    """``multimodal_inputs`` with data-URL images as PIL images, where the caller keeps them so
+    (slime's engine encoder reads ``image.mode``); unchanged without PIL."""
+    if not isinstance(inputs, dict) or not inputs.get("images"):
+        return inputs
+    try:
+        from PIL import Image
+    except ImportError:
+        return inputs
+
+    def pil(image: Any) -> Any:
+        if not (isinstance(image, str) and image.startswith("data:") and "," in image):
+            return image  # already an image object (or not one of ours): as it is
+        # bounded when it entered the rollout (multimodal/images.py): decode as it was checked
+        opened = Image.open(io.BytesIO(base64.b64decode(image.split(",", 1)[1])))
+        opened.load()
+        return opened
+
+    return {**inputs, "images": [pil(i) for i in inputs["images"]]}

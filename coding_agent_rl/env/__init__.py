@@ -11,7 +11,7 @@
 
 Environments are registered by name (:data:`ENVIRONMENTS`: ``coding``; third parties
 add an entry point in the group ``coding_agent_rl.environments`` naming a module with
-``build_env``); slime's ``--rollout-interaction-env-path`` takes such a name, a dotted module or
+``build_env``); slime's ``rollout_interaction_env_path`` (a ``--custom-config-path`` YAML key) takes such a name, a dotted module or
 a ``.py`` file.
 """
 

@@ -1,7 +1,7 @@
 """The environment contract of the native multi-turn loop: slime's ``BaseInteractionEnv``.
 
 An environment is built per sample (``build_env(sample=..., args=...)`` in the module named by
-``--rollout-interaction-env-path``) and driven by :func:`coding_agent_rl.env.loop.run_episode`:
+``rollout_interaction_env_path`` of the ``--custom-config-path`` YAML) and driven by :func:`coding_agent_rl.env.loop.run_episode`:
 
 * ``reset() -> (observation, info)`` once before the first turn (and again before a retry when a
   step failed with ``EnvError(reset=True)``);

@@ -15,7 +15,7 @@ with the image (``multi_modal_data`` + image parts in the tool message). :meth:`
 clean-sandbox grader as CLI rollouts (a grading sandbox is prepared ahead while the policy works).
 
 ``build_env(sample=..., args=...)`` makes this module usable as slime's
-``--rollout-interaction-env-path coding_agent_rl.env.coding``.
+``rollout_interaction_env_path: coding_agent_rl.env.coding`` (a key of the ``--custom-config-path`` YAML).
 """
 
 from __future__ import annotations
@@ -301,7 +301,7 @@ def _typed(name: str, args: Any) -> Any:
 
 
 def build_env(sample: Any = None, args: Any = None, **_: Any) -> CodingEnv:
-    """slime's hook (``--rollout-interaction-env-path coding_agent_rl.env.coding``): the coding
+    """slime's hook (``rollout_interaction_env_path: coding_agent_rl.env.coding`` (a key of the ``--custom-config-path`` YAML)): the coding
     env for a sample made from one of our dataset rows. Backend: ``settings.sandbox``
     (docker); parsers: slime's ``sglang_tool_call_parser`` / ``sglang_reasoning_parser``."""
     from coding_agent_rl.datasets.prompt import PROBLEM_FILE, render_prompt

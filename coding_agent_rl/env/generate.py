@@ -1,10 +1,11 @@
 """slime's entry point for the native loop with any environment module.
 
-``--custom-generate-function-path coding_agent_rl.env.generate.generate`` with
-``--rollout-interaction-env-path MODULE_OR_FILE.py`` (a module exposing
-``build_env(sample=..., args=...)``; ``coding_agent_rl.env.coding`` is our coding env) and
-``--custom-config-path CONFIG.yaml`` (``max_turns``, optionally ``rollout_interaction_env_path``,
-``max_env_retries_per_turn``, ``env_retry_backoff_s``, ``env_step_timeout_s``). slime copies the
+``--custom-generate-function-path coding_agent_rl.env.generate.generate`` and
+``--custom-config-path CONFIG.yaml``, whose keys (not flags: slime's parser has no such flags)
+are ``rollout_interaction_env_path`` (a registered name, a dotted module or a ``.py`` file
+exposing ``build_env(sample=..., args=...)``, or positionally ``build_env(sample, args)``;
+``coding_agent_rl.env.coding`` is our coding env), ``max_turns``, optionally
+``max_env_retries_per_turn``, ``env_retry_backoff_s``, ``env_step_timeout_s``. slime copies the
 YAML's keys onto ``args``; when it has not, the file is read here.
 
 Once per process: the tokenizer (``args.hf_checkpoint``; ``args.apply_chat_template_kwargs`` go
@@ -33,6 +34,8 @@ from coding_agent_rl.env.base import call
 from coding_agent_rl.env.episode import ABORTED, LoopConfig
 from coding_agent_rl.env.loop import run_episode
 from coding_agent_rl.env.sample import abort_sample, fill_sample
+from coding_agent_rl.errors import RolloutAborted
+from coding_agent_rl.trainer_abort import slime_abort_flag, until_stopped
 
 log = logging.getLogger(__name__)
 CONFIG_KEYS = ("max_env_retries_per_turn", "env_retry_backoff_s", "env_step_timeout_s")
@@ -65,7 +68,9 @@ def loop_config_from_args(args: Any) -> tuple[str, LoopConfig]:
     env_path = setting(args, custom, "rollout_interaction_env_path")
     max_turns = setting(args, custom, "max_turns")
     if not env_path:
-        raise ValueError("--rollout-interaction-env-path is not set (args or custom config)")
+        raise ValueError(
+            "rollout_interaction_env_path is not set (a key of the --custom-config-path YAML)"
+        )
     if max_turns is None:
         raise ValueError("max_turns must be set in the --custom-config-path YAML")
     extra = {k: setting(args, custom, k) for k in CONFIG_KEYS}
@@ -147,6 +152,18 @@ async def _state(args: Any) -> _State:
     return _states[key]
 
 
+def build_env(module: Any, sample: Any, args: Any) -> Any:
+    """``module.build_env(sample=..., args=...)``; a positional ``build_env(sample, args)`` too
+    (slime falls back to that on ``TypeError``)."""
+    try:
+        return module.build_env(sample=sample, args=args)
+    except TypeError as keyword_error:
+        try:
+            return module.build_env(sample, args)
+        except TypeError:
+            raise keyword_error from None
+
+
 async def generate(
     args: Any, sample: Any, sampling_params: dict[str, Any], evaluation: bool = False
 ) -> Any:
@@ -161,26 +178,32 @@ async def generate(
         log.error("native loop: %s", e)
         return abort_sample(sample, f"native loop setup: {type(e).__name__}: {e}", "infra")
     try:
-        env = module.build_env(sample=sample, args=args)
+        env = build_env(module, sample, args)
     except Exception as e:
         return abort_sample(sample, f"build_env: {type(e).__name__}: {e}", "data")
     metadata = sample.metadata or {}
+    stop = slime_abort_flag(args)  # slime's end-of-step abort, polled through the episode
     try:
-        episode = await run_episode(
-            env,
-            engine=state.client,
-            encoder=state.encoder,
-            sampling_params=sampling_params,
-            config=config,
-            routing_key=getattr(sample, "session_id", None) or f"native-{uuid.uuid4().hex}",
-            prompt=sample.prompt,
-            tools=metadata.get("tools"),
+        episode = await until_stopped(
+            run_episode(
+                env,
+                engine=state.client,
+                encoder=state.encoder,
+                sampling_params=sampling_params,
+                config=config,
+                routing_key=getattr(sample, "session_id", None) or f"native-{uuid.uuid4().hex}",
+                prompt=sample.prompt,
+                tools=metadata.get("tools"),
+            ),
+            stop,
         )
         if episode.status == ABORTED:
             return abort_sample(
                 sample, episode.reason or episode.end, episode.failure_kind or "infra"
             )
-        outcome = await call(env.evaluate) if hasattr(env, "evaluate") else None
+        outcome = (
+            await until_stopped(call(env.evaluate), stop) if hasattr(env, "evaluate") else None
+        )
         if outcome is not None and outcome.failure_kind == "infra":
             return abort_sample(sample, f"evaluate: {outcome.reason}", "infra")
         reward = outcome.reward if outcome is not None else None
@@ -190,6 +213,8 @@ async def generate(
             if outcome.reason and (reward or 0.0) < 1.0:
                 extra["fail_reason"] = outcome.reason
         return fill_sample(sample, episode, decode=state.decode, reward=reward, metadata=extra)
+    except RolloutAborted as e:  # the trainer ended the step: the episode was cancelled
+        return abort_sample(sample, str(e), "aborted")
     except asyncio.CancelledError:
         raise
     except Exception as e:  # a bug must cost one sample, not the batch

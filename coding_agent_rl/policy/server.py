@@ -5,7 +5,8 @@ for per-session policy data (the replay policy's gold patch).
 What a trainer's abort needs, as SGLang does it: ``/abort_request`` with ``{"rid": prefix}`` or
 ``{"abort_all": true}`` (slime's end-of-step abort) sets each named request's ``aborted`` event
 (a policy that honours it answers ``finish_reason: abort``); ``GET /v1/loads`` reports the
-requests still in flight, which slime polls until the engine is idle. Replies carry
+requests still in flight, which slime polls until the engine is idle; ``GET /workers`` answers
+as SGLang's router does (this server is its one worker), where slime looks up whom to abort. Replies carry
 ``meta_info.weight_version`` (:attr:`PolicyServer.weight_version`; a trainer's weight update
 changes it).
 
@@ -75,6 +76,7 @@ class PolicyServer:
         app.router.add_get("/model_info", self._model_info)
         app.router.add_get("/get_model_info", self._model_info)
         app.router.add_get("/v1/loads", self._loads)
+        app.router.add_get("/workers", self._workers)
         app.router.add_post("/policy/sessions/{sid}", self._register)
         return app
 
@@ -192,6 +194,11 @@ class PolicyServer:
         return web.json_response(
             {"loads": [{"dp_rank": 0, "num_running_reqs": n, "num_waiting_reqs": 0}]}
         )
+
+    async def _workers(self, request: web.Request) -> web.Response:
+        """The router's worker list (slime's abort asks it where to send ``/abort_request``):
+        this server is its own one worker."""
+        return web.json_response({"workers": [{"url": f"http://{request.host}"}]})
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")

@@ -178,7 +178,7 @@ async def test_env_failures(rows, tmp_path):
 
 
 async def test_coding_env_through_slimes_call_path(rows, tmp_path, fresh_env_generate, monkeypatch):
-    """``--rollout-interaction-env-path coding_agent_rl.env.coding`` with slime's Sample class and
+    """``rollout_interaction_env_path: coding_agent_rl.env.coding`` (a key of the ``--custom-config-path`` YAML) with slime's Sample class and
     generate_and_rm: the env grades (reward set, slime's RM skipped); statuses are slime's."""
     from support.rollout_helpers import EXAMPLES, TASKS
 

@@ -1,6 +1,6 @@
-"""The native loop driven through slime's call path (stand-in: tests/support/slime_stand_in.py, through slime_path.py): a slime-style
+"""The native loop driven through slime's call path (slime's own code, vendored: tests/support/slime_vendor.py, through slime_path.py): a slime-style
 ``args`` namespace (``--custom-generate-function-path coding_agent_rl.env.generate.generate``,
-``--rollout-interaction-env-path`` as a file path or a module, ``--custom-config-path`` YAML), a
+``rollout_interaction_env_path`` as a file path or a module, ``--custom-config-path`` YAML), a
 ``Sample`` class with slime's plain nested ``Status`` enum, ``generate_and_rm``'s branches, and
 the conversion to training data. The policy is the real CPU server over HTTP."""
 
@@ -11,7 +11,14 @@ import uuid
 
 import pytest
 from support.calc_env import TOOLS
-from support.slime_path import RM_CALLS, SlimeSample, generate_and_rm, train_data
+from support.slime_path import (
+    RM_CALLS,
+    SlimeSample,
+    generate_and_rm,
+    train_data,
+    with_slime_defaults,
+)
+from support.slime_vendor import fresh_state
 from support.vision_helpers import png
 
 from coding_agent_rl.env import generate as env_generate
@@ -138,7 +145,10 @@ async def test_vlm_checkpoint_images_reach_slimes_sample(
     server.vision = vision
     args = slime_args(client.base_url, tmp_path, hf_checkpoint=str(tiny_vlm_dir))
     sample = calc_sample(0, png=True)
-    out = await generate_and_rm(args, sample, dict(SAMPLING))
+    # slime's GenerateState would load the VLM's AutoProcessor, whose video processor needs
+    # torchvision (not installed here); the state takes the text tokenizer, generate() the VLM.
+    text = str(qwen3_tokenizer_dir())
+    out = await generate_and_rm(args, sample, dict(SAMPLING), state_checkpoint=text)
     assert isinstance(out, SlimeSample) and out.status == SlimeSample.Status.COMPLETED, out.metadata
     assert len(out.multimodal_inputs["images"]) == 1  # one observation before the answer
     (item,) = vision.process_bytes([png(28, 28)])
@@ -146,3 +156,17 @@ async def test_vlm_checkpoint_images_reach_slimes_sample(
     assert out.multimodal_train_inputs["pixel_values"].equal(item.train["pixel_values"])
     assert [len(r["image_data"]) for r in server.requests] == [0, 1]
     train_data([out])
+
+
+async def test_slimes_abort_flag_ends_the_episode(served, tmp_path):
+    """slime set ``GenerateState.aborted`` (the step is over): the episode is not run on, the
+    sample comes back as slime's aborted placeholder."""
+    args = with_slime_defaults(slime_args(served, tmp_path))
+    state = fresh_state(args)
+    state.aborted = True
+    try:
+        out = await env_generate.generate(args, calc_sample(9), dict(SAMPLING))
+    finally:
+        state.reset()
+    assert out.status is SlimeSample.Status.ABORTED and out.remove_sample
+    assert out.metadata["failure_kind"] == "aborted" and "aborted" in out.metadata["abort_reason"]

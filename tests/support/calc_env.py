@@ -1,4 +1,4 @@
-"""A small user environment for the native-loop tests (and a ``--rollout-interaction-env-path``
+"""A small user environment for the native-loop tests (and a ``rollout_interaction_env_path``
 module for the slime call path): an adding machine with tools ``add`` and ``answer``.
 
 It is written the way a slime user writes one: ``BaseInteractionEnv`` subclass, tool calls parsed
