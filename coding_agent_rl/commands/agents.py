@@ -9,9 +9,11 @@ from coding_agent_rl.harness import HARNESSES
 from coding_agent_rl.harness.base import BaseHarness
 from coding_agent_rl.harness.cache import (
     FetchError,
+    NpmPackage,
     cached_tarball,
     fetch,
     override_tarball,
+    size_of,
     unpack_dir,
     unpacked,
 )
@@ -34,8 +36,7 @@ def _harness_classes(names: list[str]) -> list[type[BaseHarness]]:
     return [HARNESSES.load(n) for n in names or known]
 
 
-def _state(cls: type[BaseHarness]) -> str:
-    pkg = cls.package
+def _state(pkg: NpmPackage) -> str:
     try:
         override = override_tarball(pkg)
     except FetchError as e:
@@ -53,25 +54,27 @@ def run(args: argparse.Namespace) -> int:
 
     if args.action == "list":
         for cls in _harness_classes([]):
-            pkg = cls.package
-            print(f"{cls.name:12} {pkg.spec:48} {_state(cls)}")
+            for pkg in cls.packages():
+                print(f"{cls.name:12} {pkg.spec:48} {_state(pkg)}")
         return 0
     failed = 0
     for cls in _harness_classes(args.names):
-        t0 = time.monotonic()
-        try:
-            fetch(cls.package)
-            t1 = time.monotonic()
-            files = unpacked(cls.package)
-        except FetchError as e:
-            print(f"{cls.name}: FAILED: {e}")
-            failed += 1
-            continue
-        size = sum(p.stat().st_size for p in files.values()) >> 20
-        print(
-            f"{cls.name}: {cls.package.spec} ready ({size} MB unpacked; fetch {t1 - t0:.1f}s, "
-            f"verify+unpack {time.monotonic() - t1:.1f}s) in {next(iter(files.values())).parent}"
-        )
+        for pkg in cls.packages():
+            t0 = time.monotonic()
+            try:
+                fetch(pkg)
+                t1 = time.monotonic()
+                files = unpacked(pkg)
+            except FetchError as e:
+                print(f"{cls.name}: FAILED: {e}")
+                failed += 1
+                continue
+            size = sum(size_of(p) for p in files.values()) >> 20
+            print(
+                f"{cls.name}: {pkg.spec} ready ({size} MB unpacked; fetch {t1 - t0:.1f}s, "
+                f"verify+unpack {time.monotonic() - t1:.1f}s) in "
+                f"{next(iter(files.values())).parent}"
+            )
     if failed:
         raise UserError(f"{failed} agent(s) could not be fetched")
     return 0

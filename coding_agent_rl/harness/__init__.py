@@ -22,6 +22,7 @@ HARNESSES = Registry(
         "claude_code": ("coding_agent_rl.harness.claude_code:ClaudeCode", None),
         "codex": ("coding_agent_rl.harness.codex:Codex", None),
         "opencode": ("coding_agent_rl.harness.opencode:OpenCode", None),
+        "gemini_cli": ("coding_agent_rl.harness.gemini_cli:GeminiCli", None),
     },
 )
 
