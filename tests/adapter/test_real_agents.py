@@ -277,7 +277,8 @@ def gemini_cli() -> list[str]:
     """The pinned Node.js binary and Gemini CLI bundle from the harness cache (``npm pack`` on
     first use), as the harness runs them."""
     from coding_agent_rl.harness.cache import unpacked
-    from coding_agent_rl.harness.gemini_cli import NODE, GeminiCli
+    from coding_agent_rl.harness.gemini_cli import GeminiCli
+    from coding_agent_rl.harness.node import NODE
 
     node = unpacked(NODE)["node"]
     bundle = unpacked(GeminiCli.package)["gemini-cli"]
@@ -317,3 +318,42 @@ async def test_real_gemini_cli_edits_a_file(tmp_path, scripted_stack, gemini_cli
     tool = [m for m in turns[2].messages if m["role"] == "tool"]
     assert tool and "hello adapter" in tool[-1]["content"]
     assert tool[-1]["name"] == "run_shell_command"
+
+
+async def test_real_qwen_code_edits_a_file(tmp_path, scripted_stack):
+    """Qwen Code over OpenAI Chat, run by the harness's pinned Node.js from the cache. (It
+    refuses ``sed -i`` on a file it has not read: the edit goes through python instead.)"""
+    from coding_agent_rl.harness import HarnessContext, get_harness
+    from coding_agent_rl.harness.cache import unpacked
+    from coding_agent_rl.harness.node import NODE
+    from coding_agent_rl.harness.qwen_code import QwenCode
+
+    node = unpacked(NODE)["node"]
+    cli = unpacked(QwenCode.package)["qwen-code"] / "cli.js"
+    work, home, target = workspace(tmp_path)
+    script = edit_script(target, "run_shell_command", "command")
+    script["steps"][0]["shell"] = (
+        f"python3 -c \"import pathlib; p = pathlib.Path('{target}'); "
+        "p.write_text(p.read_text().replace('world', 'adapter'))\""
+    )
+    adapter, _policy, url = await scripted_stack(script)
+    sid = "qwen-session-1"
+    adapter.sessions.open(sid, max_turns=20)
+    harness = get_harness("qwen_code", extra_args=[], extra_env={})
+    ctx = HarnessContext(adapter_url=url, session_id=sid, model="policy", workdir=str(work))
+    ((settings_path, settings),) = harness.config_files(ctx).items()
+    assert settings_path.endswith("/.qwen/settings.json")
+    (home / ".qwen").mkdir()
+    (home / ".qwen" / "settings.json").write_text(settings)
+    argv = [
+        str(node),
+        str(cli),
+        *harness.argv(ctx, "Replace 'world' with 'adapter' in greeting.txt.")[2:],
+    ]
+    code, out, err = await run_cli(argv, work, quiet_env(home, **harness.env(ctx)))
+    assert code == 0, f"qwen exited {code}: {err[-3000:]} {out[-3000:]}"
+    assert target.read_text() == "hello adapter\n"
+    turns = await recorded(adapter, sid)
+    assert {t.wire for t in turns} == {"chat"}
+    assert_incremental(turns)
+    assert turns[0].assistant["tool_calls"][0]["function"]["name"] == "run_shell_command"
