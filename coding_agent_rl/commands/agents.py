@@ -1,4 +1,5 @@
-"""``coding-agent-rl agents list | fetch [NAME...]``: the agent CLIs and their host cache."""
+"""``coding-agent-rl agents list | fetch [NAME...] | table``: the agent CLIs, their host cache and
+what each offers (the README's capability table)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub.add_parser("list", help="known agent CLIs, pinned versions, cache state")
     f = sub.add_parser("fetch", help="download (npm pack), verify and unpack into the cache")
     f.add_argument("names", nargs="*", metavar="NAME", help="harness names (default: all)")
+    sub.add_parser("table", help="what each CLI offers and how it is mapped (Markdown)")
 
 
 def _harness_classes(names: list[str]) -> list[type[BaseHarness]]:
@@ -52,6 +54,12 @@ def _state(pkg: NpmPackage) -> str:
 def run(args: argparse.Namespace) -> int:
     from coding_agent_rl.errors import UserError
 
+    if args.action == "table":
+        from coding_agent_rl.harness.capabilities import markdown
+
+        rows = {c.name: c.capabilities for c in _harness_classes([]) if c.capabilities}
+        print(markdown(rows), end="")
+        return 0
     if args.action == "list":
         for cls in _harness_classes([]):
             for pkg in cls.packages():

@@ -26,6 +26,7 @@ from coding_agent_rl.harness.cache import (
     unpack_dir,
     unpacked,
 )
+from coding_agent_rl.harness.capabilities import Capabilities
 from coding_agent_rl.harness.context import AgentRun, HarnessConfigError, HarnessContext
 from coding_agent_rl.harness.install import (
     BIN_DIR,
@@ -54,6 +55,7 @@ class BaseHarness(abc.ABC):
     # shipped as a JavaScript bundle).
     runtime: ClassVar[tuple[NpmPackage, ...]] = ()
     version_args: ClassVar[tuple[str, ...]] = ("--version",)
+    capabilities: ClassVar[Capabilities | None] = None  # the README's table row
     extra_args_env: ClassVar[str | None] = None  # e.g. SLIME_AGENT_CC_EXTRA_ARGS
     extra_env_env: ClassVar[str | None] = None  # e.g. SLIME_AGENT_CC_EXTRA_ENVS
 

@@ -10,6 +10,7 @@ import json
 
 from coding_agent_rl.harness.base import BaseHarness
 from coding_agent_rl.harness.cache import NpmPackage
+from coding_agent_rl.harness.capabilities import Capabilities
 from coding_agent_rl.harness.context import HarnessContext
 from coding_agent_rl.harness.install import BIN_DIR
 from coding_agent_rl.harness.node import NODE
@@ -25,6 +26,16 @@ class GeminiCli(BaseHarness):
         files={"package/bundle/": "gemini-cli"},
         command="gemini-cli/gemini.js",
         tarball_env="SLIME_AGENT_GEMINI_TARBALL",
+    )
+    capabilities = Capabilities(
+        wire="Gemini generateContent (SSE)",
+        subagents="`invoke_agent` tool -> `subagent` samples (by its `prompt` argument)",
+        compaction="chat compression -> `wipe` sample (generic rule; untested)",
+        images="`inlineData` parts (also inside a `functionResponse`)",
+        resume="`--resume` (unused)",
+        approval="`--approval-mode yolo`, folder trust off",
+        quirks="ignores `x-should-retry` (refusals say `limit: 0`); drops thought parts from "
+        "its history; Node.js from npm",
     )
     extra_args_env = "SLIME_AGENT_GEMINI_EXTRA_ARGS"
     extra_env_env = "SLIME_AGENT_GEMINI_EXTRA_ENVS"

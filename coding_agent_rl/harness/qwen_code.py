@@ -10,6 +10,7 @@ import json
 
 from coding_agent_rl.harness.base import BaseHarness
 from coding_agent_rl.harness.cache import NpmPackage
+from coding_agent_rl.harness.capabilities import Capabilities
 from coding_agent_rl.harness.context import HarnessContext
 from coding_agent_rl.harness.install import BIN_DIR
 from coding_agent_rl.harness.node import NODE
@@ -25,6 +26,16 @@ class QwenCode(BaseHarness):
         files={"package/": "qwen-code"},
         command="qwen-code/cli.js",
         tarball_env="SLIME_AGENT_QWEN_TARBALL",
+    )
+    capabilities = Capabilities(
+        wire="OpenAI Chat",
+        subagents="`agent` tool; its chains are not labelled `subagent`",
+        compaction="chat compression -> `wipe` sample (generic rule; untested)",
+        images="not tested here",
+        resume="`--resume` / `--continue` (unused)",
+        approval="`--approval-mode yolo`",
+        quirks="refuses `sed -i` / `perl -i` on a file it has not read; no ripgrep (not "
+        "executable in the npm tarball); Node.js from npm",
     )
     extra_args_env = "SLIME_AGENT_QWEN_EXTRA_ARGS"
     extra_env_env = "SLIME_AGENT_QWEN_EXTRA_ENVS"

