@@ -8,11 +8,12 @@ gold patch through each CLI's own shell tool and solves the task; a policy that 
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 
 import pytest
-from support.rollout_helpers import GIVE_UP, containers, task_rule, write_script
-from test_run_e2e import check_run, finish, start
+from support.rollout_helpers import GIVE_UP, TASKS, containers, task_rule, write_script
+from test_run_e2e import CLI, check_run, finish, start
 
 from coding_agent_rl.types import Sample
 
@@ -65,3 +66,21 @@ def test_qwen_code_replay_solves(node_runs):
     assert solved["reward"] == 1.0 and solved["agent"] == "qwen_code", solved
     log = (out / solved["artifacts"]["agent_log"]).read_text()
     assert '"name":"run_shell_command"' in log  # the patch went through Qwen Code's shell tool
+
+
+def test_gemini_cli_replay_solves_on_the_local_backend(tmp_path):
+    """The same CLI on the local (bubblewrap) backend: its Node.js and bundle folder are bound
+    read-only into the sandbox the same way."""
+    from coding_agent_rl.sandbox.local import bwrap_reason
+
+    if reason := bwrap_reason():
+        pytest.skip(f"SKIPPED (no bubblewrap): {reason}")
+    out = tmp_path / "local"
+    out.mkdir()
+    args = ["run", "--sandbox", "local", "--dataset", str(TASKS), "--policy", "replay"]
+    args += ["--agent", "gemini_cli", "--limit", "1", "--agent-budget", "300", "--out", str(out)]
+    with (tmp_path / "local.log").open("w") as log:
+        proc = subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=log, text=True)
+    printed = finish(proc, out, 600)
+    (solved,), _ = check_run(out, printed, 1)
+    assert solved["reward"] == 1.0 and solved["agent"] == "gemini_cli", solved
