@@ -187,7 +187,8 @@ class Settings(BaseSettings):
     """Per-harness variables, named by each harness with the suffix ``_EXTRA_ARGS``,
     ``_EXTRA_ENVS`` or ``_TARBALL`` (``SLIME_AGENT_CC_EXTRA_ARGS``,
     ``SLIME_AGENT_CC_EXTRA_ENVS``, ``SLIME_AGENT_CC_TARBALL``, ``SLIME_AGENT_CODEX_*``,
-    ``SLIME_AGENT_OPENCODE_*``): extra CLI args (JSON list or shell words), extra env (JSON
+    ``SLIME_AGENT_OPENCODE_*``, ``SLIME_AGENT_GEMINI_*``, ``SLIME_AGENT_QWEN_*``,
+    ``SLIME_AGENT_NODE_TARBALL``): extra CLI args (JSON list or shell words), extra env (JSON
     object), a local tarball instead of the pinned download."""
 
     @field_validator("sandbox_options", mode="before")

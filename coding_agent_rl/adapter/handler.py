@@ -17,6 +17,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -69,6 +70,7 @@ def header_session_id(request: web.Request) -> str | None:
     if auth[:7].lower() == "bearer " and auth[7:].strip():
         return auth[7:].strip()
     key = request.headers.get("x-api-key", "").strip()
+    key = key or request.headers.get("x-goog-api-key", "").strip()  # Gemini's SDK
     return key or None
 
 
@@ -160,7 +162,9 @@ class TurnHandler:
         self.poll_s = poll_s
         self.bound = bound if bound is not None else {}
 
-    async def handle(self, request: web.Request, wire_cls: type[WireFormat]) -> web.StreamResponse:
+    async def handle(
+        self, request: web.Request, wire_cls: Callable[[], WireFormat]
+    ) -> web.StreamResponse:
         wire = wire_cls()
         session = None
         resp: web.StreamResponse | None = None

@@ -1,7 +1,9 @@
-"""The adapter: one aiohttp app serving Anthropic Messages, OpenAI Chat and OpenAI Responses.
+"""The adapter: one aiohttp app serving Anthropic Messages, OpenAI Chat, OpenAI Responses and
+Gemini ``generateContent``.
 
 The route picks the wire format; :mod:`handler` runs the request. Every route needs a live
-session, resolved from ``Authorization: Bearer`` -> ``x-api-key`` before the body is read (401
+session, resolved from ``Authorization: Bearer`` -> ``x-api-key`` -> ``x-goog-api-key`` before
+the body is read (401
 otherwise), opened by the rollout code through :attr:`AdapterServer.sessions`. The body limit
 follows the context length (:func:`~coding_agent_rl.adapter.handler.body_limit`). The server runs
 on the caller's event loop (:meth:`start`) or on its own thread (:meth:`start_in_thread`, for
@@ -21,7 +23,8 @@ from typing import Any
 from aiohttp import web
 
 from coding_agent_rl.adapter.anthropic import AnthropicMessages
-from coding_agent_rl.adapter.errors import AdapterError
+from coding_agent_rl.adapter.errors import AdapterError, BadRequest
+from coding_agent_rl.adapter.gemini import Gemini, model_entry
 from coding_agent_rl.adapter.handler import (
     TurnHandler,
     authenticate,
@@ -38,10 +41,12 @@ from coding_agent_rl.adapter.render import Renderer
 from coding_agent_rl.adapter.sessions import SessionConfig, SessionStore
 from coding_agent_rl.adapter.sglang import SGLangClient
 from coding_agent_rl.adapter.turns import TurnEngine
+from coding_agent_rl.adapter.wire import WireFormat, parse_request
 from coding_agent_rl.multimodal.parts import ImageSettings
 from coding_agent_rl.sandbox.netns import netns_cookie
 
 LINGER_S = 2.0
+GEMINI_VERSIONS = ("v1beta", "v1alpha", "v1")  # API versions the Gemini SDKs may put in the path
 
 
 @dataclasses.dataclass
@@ -144,6 +149,11 @@ class AdapterServer:
         r.add_post("/v1/messages/count_tokens", self._count_tokens)
         r.add_post("/v1/chat/completions", functools.partial(turn, wire_cls=OpenAIChat))
         r.add_post("/v1/responses", functools.partial(turn, wire_cls=OpenAIResponses))
+        for version in GEMINI_VERSIONS:
+            r.add_post(f"/{version}/models/{{model}}:{{method}}", self._gemini)
+            if version != "v1":  # /v1/models is the OpenAI / Anthropic listing
+                r.add_get(f"/{version}/models", self._gemini_models)
+                r.add_get(f"/{version}/models/{{model}}", self._gemini_models)
         app.on_cleanup.append(lambda _app: self.sglang.close())
         return app
 
@@ -245,12 +255,13 @@ class AdapterServer:
 
     # -- small routes --
 
-    def _refusal(self, request: web.Request) -> web.Response | None:
-        """401 / 503 in Anthropic's format unless the request carries a live session's key."""
+    def _refusal(self, request: web.Request, wire: WireFormat | None = None) -> web.Response | None:
+        """401 / 503 (in ``wire``'s format, default Anthropic's) unless the request carries a
+        live session's key."""
         try:
             authenticate(request, self.sessions, self._bound, admit=False)
         except AdapterError as err:
-            return error_response(AnthropicMessages(), err, close=True)
+            return error_response(wire or AnthropicMessages(), err, close=True)
         return None
 
     async def _ok(self, request: web.Request) -> web.Response:
@@ -290,3 +301,41 @@ class AdapterServer:
             return error_response(wire, err)
         count = await asyncio.to_thread(self.renderer.count, req.messages, req.tools or None)
         return web.json_response({"input_tokens": count})
+
+    # -- Gemini --
+
+    async def _gemini(self, request: web.Request) -> web.StreamResponse:
+        model, method = request.match_info["model"], request.match_info["method"]
+        if method in ("generateContent", "streamGenerateContent"):
+            stream = method == "streamGenerateContent"
+            if stream and request.query.get("alt") != "sse":
+                wire = Gemini(model)
+                if refused := self._refusal(request, wire):
+                    return refused
+                bad = BadRequest("streamGenerateContent: only alt=sse is supported")
+                return error_response(wire, bad, close=True)
+            return await self.handler.handle(
+                request, functools.partial(Gemini, model=model, stream=stream)
+            )
+        wire = Gemini(model)
+        if refused := self._refusal(request, wire):
+            return refused
+        if method != "countTokens":
+            err = AdapterError(f"models/{model}:{method} is not a supported method", status=404)
+            return error_response(wire, err, close=True)
+        try:
+            body = await read_json(request, self.max_body)
+            req = parse_request(wire, body)
+        except AdapterError as err:
+            return error_response(wire, err)
+        count = await asyncio.to_thread(self.renderer.count, req.messages, req.tools or None)
+        return web.json_response({"totalTokens": count})
+
+    async def _gemini_models(self, request: web.Request) -> web.Response:
+        if refused := self._refusal(request, Gemini()):
+            return refused
+        name = self.config.model_name
+        entry = model_entry(name, self.config.max_context)
+        if "model" in request.match_info:  # one model: whichever name the CLI asks for
+            return web.json_response({**entry, "name": f"models/{request.match_info['model']}"})
+        return web.json_response({"models": [entry]})

@@ -1,4 +1,5 @@
-"""``coding-agent-rl agents list | fetch [NAME...]``: the agent CLIs and their host cache."""
+"""``coding-agent-rl agents list | fetch [NAME...] | table``: the agent CLIs, their host cache and
+what each offers (the README's capability table)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from coding_agent_rl.harness import HARNESSES
 from coding_agent_rl.harness.base import BaseHarness
 from coding_agent_rl.harness.cache import (
     FetchError,
+    NpmPackage,
     cached_tarball,
     fetch,
     override_tarball,
+    size_of,
     unpack_dir,
     unpacked,
 )
@@ -22,6 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub.add_parser("list", help="known agent CLIs, pinned versions, cache state")
     f = sub.add_parser("fetch", help="download (npm pack), verify and unpack into the cache")
     f.add_argument("names", nargs="*", metavar="NAME", help="harness names (default: all)")
+    sub.add_parser("table", help="what each CLI offers and how it is mapped (Markdown)")
 
 
 def _harness_classes(names: list[str]) -> list[type[BaseHarness]]:
@@ -34,8 +38,7 @@ def _harness_classes(names: list[str]) -> list[type[BaseHarness]]:
     return [HARNESSES.load(n) for n in names or known]
 
 
-def _state(cls: type[BaseHarness]) -> str:
-    pkg = cls.package
+def _state(pkg: NpmPackage) -> str:
     try:
         override = override_tarball(pkg)
     except FetchError as e:
@@ -51,27 +54,35 @@ def _state(cls: type[BaseHarness]) -> str:
 def run(args: argparse.Namespace) -> int:
     from coding_agent_rl.errors import UserError
 
+    if args.action == "table":
+        from coding_agent_rl.harness.capabilities import markdown
+
+        rows = {c.name: c.capabilities for c in _harness_classes([]) if c.capabilities}
+        print(markdown(rows), end="")
+        return 0
     if args.action == "list":
         for cls in _harness_classes([]):
-            pkg = cls.package
-            print(f"{cls.name:12} {pkg.spec:48} {_state(cls)}")
+            for pkg in cls.packages():
+                print(f"{cls.name:12} {pkg.spec:48} {_state(pkg)}")
         return 0
     failed = 0
     for cls in _harness_classes(args.names):
-        t0 = time.monotonic()
-        try:
-            fetch(cls.package)
-            t1 = time.monotonic()
-            files = unpacked(cls.package)
-        except FetchError as e:
-            print(f"{cls.name}: FAILED: {e}")
-            failed += 1
-            continue
-        size = sum(p.stat().st_size for p in files.values()) >> 20
-        print(
-            f"{cls.name}: {cls.package.spec} ready ({size} MB unpacked; fetch {t1 - t0:.1f}s, "
-            f"verify+unpack {time.monotonic() - t1:.1f}s) in {next(iter(files.values())).parent}"
-        )
+        for pkg in cls.packages():
+            t0 = time.monotonic()
+            try:
+                fetch(pkg)
+                t1 = time.monotonic()
+                files = unpacked(pkg)
+            except FetchError as e:
+                print(f"{cls.name}: FAILED: {e}")
+                failed += 1
+                continue
+            size = sum(size_of(p) for p in files.values()) >> 20
+            print(
+                f"{cls.name}: {pkg.spec} ready ({size} MB unpacked; fetch {t1 - t0:.1f}s, "
+                f"verify+unpack {time.monotonic() - t1:.1f}s) in "
+                f"{next(iter(files.values())).parent}"
+            )
     if failed:
         raise UserError(f"{failed} agent(s) could not be fetched")
     return 0

@@ -105,7 +105,8 @@ def prepare(agent: str, backend: str, limit: int | None = None) -> list[Any]:
         print("  building the base root filesystem with debootstrap (once, ~2 min)", flush=True)
         rootfs.build_base()
     images = build_dataset_images(examples_dataset(), kind=kind) if kind else []
-    fetch(HARNESSES.load(agent).package)
+    for pkg in HARNESSES.load(agent).packages():
+        fetch(pkg)
     what = "image" if kind == "docker" else "root filesystem"
     print(
         f"  prepared base {what}, {len(images)} task {what}s, {agent} binary "

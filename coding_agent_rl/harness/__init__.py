@@ -22,6 +22,8 @@ HARNESSES = Registry(
         "claude_code": ("coding_agent_rl.harness.claude_code:ClaudeCode", None),
         "codex": ("coding_agent_rl.harness.codex:Codex", None),
         "opencode": ("coding_agent_rl.harness.opencode:OpenCode", None),
+        "gemini_cli": ("coding_agent_rl.harness.gemini_cli:GeminiCli", None),
+        "qwen_code": ("coding_agent_rl.harness.qwen_code:QwenCode", None),
     },
 )
 

@@ -26,6 +26,7 @@ from coding_agent_rl.harness.cache import (
     unpack_dir,
     unpacked,
 )
+from coding_agent_rl.harness.capabilities import Capabilities
 from coding_agent_rl.harness.context import AgentRun, HarnessConfigError, HarnessContext
 from coding_agent_rl.harness.install import (
     BIN_DIR,
@@ -50,7 +51,11 @@ class BaseHarness(abc.ABC):
 
     name: ClassVar[str]
     package: ClassVar[NpmPackage]
+    # Packages the CLI needs besides its own, installed first the same way (Node.js for a CLI
+    # shipped as a JavaScript bundle).
+    runtime: ClassVar[tuple[NpmPackage, ...]] = ()
     version_args: ClassVar[tuple[str, ...]] = ("--version",)
+    capabilities: ClassVar[Capabilities | None] = None  # the README's table row
     extra_args_env: ClassVar[str | None] = None  # e.g. SLIME_AGENT_CC_EXTRA_ARGS
     extra_env_env: ClassVar[str | None] = None  # e.g. SLIME_AGENT_CC_EXTRA_ENVS
 
@@ -79,7 +84,12 @@ class BaseHarness(abc.ABC):
     @property
     def binary(self) -> str:
         """Absolute path of the CLI in the sandbox."""
-        return f"{BIN_DIR}/{self.package.main}"
+        return f"{BIN_DIR}/{self.package.program}"
+
+    @classmethod
+    def packages(cls) -> tuple[NpmPackage, ...]:
+        """Every package installed for this CLI, the CLI's own last."""
+        return (*cls.runtime, cls.package)
 
     @abc.abstractmethod
     def env(self, ctx: HarnessContext) -> dict[str, str]:
@@ -98,56 +108,71 @@ class BaseHarness(abc.ABC):
         """Host file -> sandbox path of every file the CLI needs, from the host cache (fetched
         and unpacked on first use: blocking). A backend that bind-mounts host files gives them
         to every sandbox without an upload; :meth:`install` then finds them in place."""
-        try:
-            files = unpacked(self.package)
-        except FetchError as e:
-            raise InstallError(str(e)) from e
-        return {str(path): f"{BIN_DIR}/{name}" for name, path in files.items()}
+        mounts: dict[str, str] = {}
+        for pkg in self.packages():
+            try:
+                files = unpacked(pkg)
+            except FetchError as e:
+                raise InstallError(str(e)) from e
+            mounts.update({str(path): f"{BIN_DIR}/{name}" for name, path in files.items()})
+        return mounts
 
-    def _mounted_binary(self, sb: Sandbox) -> pathlib.Path | None:
-        """The host file mounted at :attr:`binary` when every file of the CLI is mounted."""
+    @staticmethod
+    def _mounted_main(sb: Sandbox, pkg: NpmPackage) -> pathlib.Path | None:
+        """The host file (or folder) mounted as ``pkg``'s main file when all of it is mounted."""
         by_target = {t: h for h, t in sb.mounts.items()}
-        if all(f"{BIN_DIR}/{name}" in by_target for name in self.package.files.values()):
-            return pathlib.Path(by_target[self.binary])
+        if all(f"{BIN_DIR}/{name}" in by_target for name in pkg.files.values()):
+            return pathlib.Path(by_target[f"{BIN_DIR}/{pkg.main}"])
         return None
 
-    def _is_pinned_copy(self, path: pathlib.Path) -> bool:
-        """Whether ``path`` is the main binary unpacked from the integrity-checked pinned
+    @staticmethod
+    def _is_pinned_copy(pkg: NpmPackage, path: pathlib.Path) -> bool:
+        """Whether ``path`` is the main file unpacked from the integrity-checked pinned
         tarball in the host cache."""
-        if self.package.integrity is None:
+        if pkg.integrity is None:
             return False
-        folder = unpack_dir(self.package, cached_tarball(self.package))
-        return path == folder / self.package.main and (folder / ".complete").is_file()
+        folder = unpack_dir(pkg, cached_tarball(pkg))
+        return path == folder / pkg.main and (folder / ".complete").is_file()
 
     async def install(self, sb: Sandbox) -> InstallReport:
-        """Use the CLI mounted from the host cache, else reuse the pinned CLI if the sandbox has
-        it, else upload it from the host cache."""
+        """Each package (runtime first): use it mounted from the host cache, else reuse the
+        pinned copy if the sandbox has it, else upload it from the host cache. The report is
+        the CLI's own."""
+        report = None
+        for pkg in self.packages():
+            report = await self._install(sb, pkg)
+        assert report is not None
+        return report
+
+    async def _install(self, sb: Sandbox, pkg: NpmPackage) -> InstallReport:
         # A user-supplied tarball has no pinned version: any working binary from it is accepted,
         # but never a copy the image happens to have.
         try:
-            own = override_tarball(self.package) is not None
+            own = override_tarball(pkg) is not None
         except FetchError as e:
             raise InstallError(str(e)) from e
-        mounted = self._mounted_binary(sb)
-        if mounted is not None and not own and self._is_pinned_copy(mounted):
+        program = f"{BIN_DIR}/{pkg.program}"
+        version_args = self.version_args if pkg is self.package else ("--version",)
+        mounted = self._mounted_main(sb, pkg)
+        if mounted is not None and not own and self._is_pinned_copy(pkg, mounted):
             # The host file came out of the pinned tarball whose npm integrity was checked when
             # it was unpacked: its version is known, no ``--version`` run is needed. (An image
             # that cannot run it shows as the agent's crash, exit 126/127, with the log tail.)
-            return InstallReport(self.binary, self.pinned_version, "mount")
+            return InstallReport(program, pinned_version(pkg), "mount")
         if mounted is not None:
             return await install_mounted(
                 sb,
-                self.binary,
-                mounted,
-                version=None if own else self.pinned_version,
-                version_args=self.version_args,
+                program,
+                mounted / pkg.program[len(pkg.main) + 1 :] if pkg.command else mounted,
+                version=None if own else pinned_version(pkg),
+                version_args=version_args,
                 verified=self._verified,
             )
         return await install_package(
             sb,
-            self.package,
-            version=None if own else self.pinned_version,
-            version_args=self.version_args,
+            pkg,
+            version=None if own else pinned_version(pkg),
+            version_args=version_args,
             upload=self.upload,
             reuse_image=not own,
         )
@@ -155,7 +180,7 @@ class BaseHarness(abc.ABC):
     @property
     def pinned_version(self) -> str:
         """The version string ``--version`` prints (the npm version without a platform suffix)."""
-        return self.package.version.split("-")[0]
+        return pinned_version(self.package)
 
     async def configure(self, sb: Sandbox, ctx: HarnessContext) -> None:
         """Agent user + workdir ownership, the CLI's config files, and an adapter reachability
@@ -228,6 +253,11 @@ class BaseHarness(abc.ABC):
             log_tail=res.log_tail,
             host_log_path=host_log,
         )
+
+
+def pinned_version(pkg: NpmPackage) -> str:
+    """What ``--version`` of ``pkg``'s program prints (its npm version, no platform suffix)."""
+    return pkg.version.split("-")[0]
 
 
 async def agent_log(sb: Sandbox, path: str, cap: int = AGENT_LOG_CAP) -> bytes:

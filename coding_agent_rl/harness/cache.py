@@ -3,7 +3,8 @@
 Layout under ``$CODING_AGENT_RL_CACHE`` (default ``~/.cache/coding-agent-rl``)::
 
     agents/<npm pack file name>.tgz        the pinned tarball, as ``npm pack`` names it
-    agents/unpacked/<tarball stem>/<name>  the files a harness installs (main binary first)
+    agents/unpacked/<tarball stem>/<name>  the files a harness installs (main binary first); a
+                                           member ending in "/" is a folder, unpacked whole
 
 Sandboxes never reach the network: the unpacked files are uploaded into them (see install.py).
 """
@@ -43,6 +44,9 @@ class NpmPackage:
     integrity: str | None  # npm's dist.integrity ("sha512-<base64>") of exactly that version
     files: Mapping[str, str]  # member in the tarball -> installed file name; first = main binary
     tarball_env: str | None = None  # env var naming a local tarball that replaces the fetch
+    # The program, relative to the install folder, when the main file is a folder (a Node.js
+    # bundle: "gemini-cli/gemini.js"); None: the main file itself.
+    command: str | None = None
 
     @property
     def spec(self) -> str:
@@ -56,6 +60,11 @@ class NpmPackage:
     @property
     def main(self) -> str:
         return next(iter(self.files.values()))
+
+    @property
+    def program(self) -> str:
+        """What runs, relative to the install folder."""
+        return self.command or self.main
 
 
 def agents_dir() -> pathlib.Path:
@@ -158,6 +167,9 @@ def _extract(pkg: NpmPackage, tarball: pathlib.Path, dest: pathlib.Path) -> None
     try:
         with tarfile.open(tarball, "r:gz") as tar:
             for member, name in pkg.files.items():
+                if member.endswith("/"):
+                    _extract_folder(tar, member, tmp / name, tarball)
+                    continue
                 try:
                     info = tar.getmember(member)
                 except KeyError:
@@ -179,6 +191,51 @@ def _extract(pkg: NpmPackage, tarball: pathlib.Path, dest: pathlib.Path) -> None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _extract_folder(
+    tar: tarfile.TarFile, prefix: str, dest: pathlib.Path, tarball: pathlib.Path
+) -> None:
+    """The regular files under ``prefix`` into ``dest`` (links and odd members are skipped)."""
+    found = False
+    for info in tar.getmembers():
+        if not info.name.startswith(prefix) or not info.isfile():
+            continue
+        rel = pathlib.PurePosixPath(info.name[len(prefix) :])
+        if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+            raise FetchError(f"{tarball} has an unsafe member {info.name!r}")
+        out = dest.joinpath(*rel.parts)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        src = tar.extractfile(info)
+        if src is None:
+            continue
+        with src, out.open("wb") as f:
+            shutil.copyfileobj(src, f, 1 << 20)
+        out.chmod(0o755 if info.mode & 0o111 else 0o644)
+        found = True
+    if not found:
+        raise FetchError(f"{tarball} has nothing under {prefix} (is it the right package?)")
+    for folder in [dest, *(p for p in dest.rglob("*") if p.is_dir())]:
+        folder.chmod(0o755)
+
+
+def size_of(path: pathlib.Path) -> int:
+    """Bytes of a file, or of every file under a folder."""
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    return path.stat().st_size
+
+
+def archived(folder: pathlib.Path) -> pathlib.Path:
+    """``folder`` as one tar (made once, next to it) for an upload: one file crosses, not
+    hundreds."""
+    out = folder.with_name(folder.name + ".tar")
+    if not out.exists():
+        tmp = out.with_name(f".{out.name}.{os.getpid()}")
+        with tarfile.open(tmp, "w") as tar:
+            tar.add(folder, arcname=".")
+        os.replace(tmp, out)
+    return out
 
 
 def gzipped(path: pathlib.Path) -> pathlib.Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from coding_agent_rl.harness.base import BaseHarness
 from coding_agent_rl.harness.cache import NpmPackage
+from coding_agent_rl.harness.capabilities import Capabilities
 from coding_agent_rl.harness.context import HarnessContext
 
 
@@ -16,6 +17,15 @@ class ClaudeCode(BaseHarness):
         integrity="sha512-f4JWhzwYutJIHScC7/dYOPX6s28tt7ZADhsOi8zwOHq5fFPEuUeChh2NMfinSg0GrUckYxaeebC4h0DqiKzLcw==",
         files={"package/claude": "claude"},
         tarball_env="SLIME_AGENT_CC_TARBALL",
+    )
+    capabilities = Capabilities(
+        wire="Anthropic Messages",
+        subagents="`Task` / `Agent` tool -> `subagent` samples",
+        compaction="auto-compact -> `wipe` sample (the summary is trained)",
+        images="`Read` of an image -> `image` block in the tool result",
+        resume="`--resume` / `--continue` (unused: one fresh session per rollout)",
+        approval="`--permission-mode bypassPermissions` (`IS_SANDBOX=1` as root)",
+        quirks="ToolSearch off; the billing header is dropped from the system prompt",
     )
     extra_args_env = "SLIME_AGENT_CC_EXTRA_ARGS"
     extra_env_env = "SLIME_AGENT_CC_EXTRA_ENVS"

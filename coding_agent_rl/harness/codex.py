@@ -6,6 +6,7 @@ import json
 
 from coding_agent_rl.harness.base import BaseHarness
 from coding_agent_rl.harness.cache import NpmPackage
+from coding_agent_rl.harness.capabilities import Capabilities
 from coding_agent_rl.harness.context import HarnessContext
 
 KEY_ENV = "CODING_AGENT_RL_SESSION"  # the provider's env_key: Codex sends it as the Bearer token
@@ -23,6 +24,16 @@ class Codex(BaseHarness):
             "package/vendor/x86_64-unknown-linux-musl/codex-path/rg": "rg",
         },
         tarball_env="SLIME_AGENT_CODEX_TARBALL",
+    )
+    capabilities = Capabilities(
+        wire="OpenAI Responses",
+        subagents="multi-agent tools (a namespace, flattened); their chains are not labelled "
+        "`subagent`",
+        compaction="auto compaction -> `wipe` sample (generic rule; untested)",
+        images="`input_image` parts (`view_image`)",
+        resume="`codex exec resume` (unused)",
+        approval="`--dangerously-bypass-approvals-and-sandbox`",
+        quirks="Responses only; `apply_patch` is a freeform custom tool; refuses `rm -f`",
     )
     extra_args_env = "SLIME_AGENT_CODEX_EXTRA_ARGS"
     extra_env_env = "SLIME_AGENT_CODEX_EXTRA_ENVS"

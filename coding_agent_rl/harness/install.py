@@ -54,7 +54,8 @@ def _pick_upload(sb: Sandbox, upload: Upload) -> Literal["raw", "gzip"]:
 
 async def _version(sb: Sandbox, path: str, version_args: tuple[str, ...]) -> tuple[int, str]:
     cmd = " ".join(shlex.quote(a) for a in (path, *version_args))
-    res = await sb.exec(f"{cmd} 2>&1", timeout=60)
+    # BIN_DIR first, as when the CLI runs: a script's interpreter (node) may be installed there.
+    res = await sb.exec(f'PATH={BIN_DIR}:"$PATH" {cmd} 2>&1', timeout=60)
     return res.exit_code, (res.stdout.strip().splitlines() or [""])[0]
 
 
@@ -135,11 +136,11 @@ async def install_package(
     ``reuse_image``: accept a copy of that version on the image's PATH instead of uploading.
     """
     name = pkg.main
-    target = f"{BIN_DIR}/{name}"
-    found = await _find_existing(sb, name, version, version_args, reuse_image)
+    target = f"{BIN_DIR}/{pkg.program}"
+    found = await _find_existing(sb, name, version, version_args, reuse_image and not pkg.command)
     if found is not None:
         path, got = found
-        if path == target:
+        if path == f"{BIN_DIR}/{name}":
             return InstallReport(target, got, "installed")
         await sb.exec(f"mkdir -p {BIN_DIR} && ln -sfn {shlex.quote(path)} {target}", check=True)
         return InstallReport(target, got, "image")
@@ -150,20 +151,30 @@ async def install_package(
     except cache.FetchError as e:
         raise InstallError(str(e)) from e
     form = _pick_upload(sb, upload)
-    if form == "gzip":
+    folders = {n for n, p in files.items() if p.is_dir()}  # sent as one tar each
+    for n in folders:
+        files[n] = await asyncio.to_thread(cache.archived, files[n])
+    if form == "gzip":  # GNU tar reads a gzipped tar as it is
         files = {n: await asyncio.to_thread(cache.gzipped, p) for n, p in files.items()}
     t1 = time.monotonic()
     sent = 0
+    unpack = []
     for installed, host_path in files.items():
-        dest = f"{BIN_DIR}/{installed}" + (".gz" if form == "gzip" else "")
+        dest = f"{BIN_DIR}/{installed}"
+        if installed in folders:
+            dest += ".tar"
+            unpack.append(
+                f"rm -rf {dest[:-4]} && mkdir -p {dest[:-4]} && tar -xf {dest} -C {dest[:-4]} "
+                f"&& rm -f {dest}"
+            )
+        elif form == "gzip":
+            dest += ".gz"
+            unpack.append(f"gzip -d -f {dest} && chmod 755 {dest[:-3]}")
         await sb.write_file(dest, host_path, mode=0o755)
         sent += host_path.stat().st_size
     t2 = time.monotonic()
-    if form == "gzip":
-        unzip = " && ".join(
-            f"gzip -d -f {BIN_DIR}/{n}.gz && chmod 755 {BIN_DIR}/{n}" for n in files
-        )
-        await sb.exec(unzip, check=True, timeout=600)
+    if unpack:
+        await sb.exec(" && ".join(unpack), check=True, timeout=600)
     t3 = time.monotonic()
     code, got = await _version(sb, target, version_args)
     t4 = time.monotonic()

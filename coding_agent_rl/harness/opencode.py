@@ -6,6 +6,7 @@ import json
 
 from coding_agent_rl.harness.base import BaseHarness
 from coding_agent_rl.harness.cache import NpmPackage
+from coding_agent_rl.harness.capabilities import Capabilities
 from coding_agent_rl.harness.context import HarnessContext
 
 
@@ -17,6 +18,15 @@ class OpenCode(BaseHarness):
         integrity="sha512-q/t/3p2CTxOT9y2kvjesb/LZab2+1eqlhhWA02Be6mjTtmYtNBcBsrI5yDo4Fw7ZSPBW2oyMIGMNRqiKQjiAWw==",
         files={"package/bin/opencode": "opencode"},
         tarball_env="SLIME_AGENT_OPENCODE_TARBALL",
+    )
+    capabilities = Capabilities(
+        wire="OpenAI Chat",
+        subagents="`task` tool; its chains are not labelled `subagent`",
+        compaction="auto summary -> `wipe` sample (generic rule; untested)",
+        images="not tested here",
+        resume="`--continue` / `--session` (unused)",
+        approval='config `"permission": {"*": "allow"}`',
+        quirks="fixed `--title` (no title side request); slow first request (~10-20 s loaded)",
     )
     extra_args_env = "SLIME_AGENT_OPENCODE_EXTRA_ARGS"
     extra_env_env = "SLIME_AGENT_OPENCODE_EXTRA_ENVS"

@@ -5,7 +5,7 @@ Rules, applied in this order (real Claude Code interleaves all of these in ONE s
 * ``aux`` / retry: the chain's leaf request was sent again later (same prompt messages): the
   client discarded that answer, so its output did not shape the run.
 * ``subagent``: the chain's first user message equals the ``prompt`` argument of an earlier tool
-  call named in ``subagent_tools`` (``Task``/``Agent``) made on another chain, or contains it
+  call named in ``subagent_tools`` (``Task``/``Agent``/``invoke_agent``) made on another chain, or contains it
   when the chain's system prompt differs from the dispatcher's; a dispatch whose tool result has
   not yet appeared in the dispatcher's history when the chain starts is preferred, else any
   earlier one (an async dispatch's tool result is only a launch acknowledgement: its subagent
@@ -39,7 +39,8 @@ from coding_agent_rl.trajectory.tree import (
 from coding_agent_rl.trajectory.turn import Turn
 
 SUBAGENT, WIPE, FINAL, AUX = "subagent", "wipe", "final", "aux"
-DEFAULT_SUBAGENT_TOOLS = ("Task", "Agent")
+# Claude Code's Task / Agent; Gemini CLI's invoke_agent (arguments agent_name, prompt).
+DEFAULT_SUBAGENT_TOOLS = ("Task", "Agent", "invoke_agent")
 
 
 @dataclasses.dataclass

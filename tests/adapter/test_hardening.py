@@ -66,6 +66,27 @@ async def test_no_body_is_read_before_the_session_is_authenticated(scripted_stac
     assert await raw_request(url, big_head("/v1/messages", None), wait=2.0) == b""
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1beta/models/m:generateContent",
+        "/v1beta/models/m:streamGenerateContent?alt=sse",
+        "/v1beta/models/m:countTokens",
+    ],
+)
+async def test_gemini_routes_refuse_unread_bodies(scripted_stack, path):
+    """The Gemini routes too: no key / a wrong key -> 401, a body over the limit -> 413, both
+    before a byte of the (announced 50 MiB, never sent) body."""
+    adapter, _, url = await scripted_stack({"steps": []})
+    adapter.sessions.open("s1")
+    for key in (None, "not-a-session"):
+        reply = await raw_request(url, big_head(path, key))
+        assert reply.startswith(b"HTTP/1.1 401") and b"UNAUTHENTICATED" in reply, reply[:300]
+    reply = await raw_request(url, big_head(path, "s1", adapter.max_body + 1))
+    assert reply.startswith(b"HTTP/1.1 413") and b'"code": 413' in reply, reply[:300]
+    assert await recorded(adapter, "s1") == []
+
+
 async def test_a_body_over_the_limit_is_refused_unread_with_413(scripted_stack, monkeypatch):
     adapter, _, url = await scripted_stack({"steps": []}, max_context=32768)
     adapter.sessions.open("s1")

@@ -270,3 +270,90 @@ async def test_real_codex_edits_a_file(tmp_path, scripted_stack, codex_binary):
     assert turns[0].assistant["tool_calls"][0]["function"]["name"] == "exec_command"
     assert turns[1].assistant["content"] == "Checking the result."
     assert any(m["role"] == "tool" and "hello adapter" in m["content"] for m in turns[2].messages)
+
+
+@pytest.fixture(scope="session")
+def gemini_cli() -> list[str]:
+    """The pinned Node.js binary and Gemini CLI bundle from the harness cache (``npm pack`` on
+    first use), as the harness runs them."""
+    from coding_agent_rl.harness.cache import unpacked
+    from coding_agent_rl.harness.gemini_cli import GeminiCli
+    from coding_agent_rl.harness.node import NODE
+
+    node = unpacked(NODE)["node"]
+    bundle = unpacked(GeminiCli.package)["gemini-cli"]
+    return [str(node), str(bundle / "gemini.js")]
+
+
+async def test_real_gemini_cli_edits_a_file(tmp_path, scripted_stack, gemini_cli):
+    """Gemini CLI over the Gemini wire format: its function calls run, it drops our thought parts
+    from its history, and every later prompt still extends the stored tokens."""
+    from coding_agent_rl.harness import HarnessContext, get_harness
+
+    work, home, target = workspace(tmp_path)
+    adapter, _policy, url = await scripted_stack(
+        edit_script(target, "run_shell_command", "command")
+    )
+    sid = "gemini-session-1"
+    adapter.sessions.open(sid, max_turns=20)
+    harness = get_harness("gemini_cli", extra_args=[], extra_env={})
+    ctx = HarnessContext(adapter_url=url, session_id=sid, model="policy", workdir=str(work))
+    ((settings_path, settings),) = harness.config_files(ctx).items()
+    assert settings_path.endswith("/.gemini/settings.json")
+    (home / ".gemini").mkdir()
+    (home / ".gemini" / "settings.json").write_text(settings)
+    argv = [*gemini_cli, *harness.argv(ctx, "Replace 'world' with 'adapter' in greeting.txt.")[2:]]
+    code, out, err = await run_cli(argv, work, quiet_env(home, **harness.env(ctx)))
+    assert code == 0, f"gemini exited {code}: {err[-3000:]} {out[-3000:]}"
+    events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert events[-1]["type"] == "result" and events[-1]["status"] == "success", events[-1]
+    assert target.read_text() == "hello adapter\n"
+
+    turns = await recorded(adapter, sid)
+    assert [t.wire for t in turns] == ["gemini"] * len(turns)
+    assert_incremental(turns)
+    assert turns[0].assistant["reasoning_content"] == "Edit the greeting in place."
+    assert all("reasoning_content" not in m for m in turns[1].messages)  # the CLI dropped it
+    assert turns[1].assistant["content"] == "Checking the result."
+    tool = [m for m in turns[2].messages if m["role"] == "tool"]
+    assert tool and "hello adapter" in tool[-1]["content"]
+    assert tool[-1]["name"] == "run_shell_command"
+
+
+async def test_real_qwen_code_edits_a_file(tmp_path, scripted_stack):
+    """Qwen Code over OpenAI Chat, run by the harness's pinned Node.js from the cache. (It
+    refuses ``sed -i`` on a file it has not read: the edit goes through python instead.)"""
+    from coding_agent_rl.harness import HarnessContext, get_harness
+    from coding_agent_rl.harness.cache import unpacked
+    from coding_agent_rl.harness.node import NODE
+    from coding_agent_rl.harness.qwen_code import QwenCode
+
+    node = unpacked(NODE)["node"]
+    cli = unpacked(QwenCode.package)["qwen-code"] / "cli.js"
+    work, home, target = workspace(tmp_path)
+    script = edit_script(target, "run_shell_command", "command")
+    script["steps"][0]["shell"] = (
+        f"python3 -c \"import pathlib; p = pathlib.Path('{target}'); "
+        "p.write_text(p.read_text().replace('world', 'adapter'))\""
+    )
+    adapter, _policy, url = await scripted_stack(script)
+    sid = "qwen-session-1"
+    adapter.sessions.open(sid, max_turns=20)
+    harness = get_harness("qwen_code", extra_args=[], extra_env={})
+    ctx = HarnessContext(adapter_url=url, session_id=sid, model="policy", workdir=str(work))
+    ((settings_path, settings),) = harness.config_files(ctx).items()
+    assert settings_path.endswith("/.qwen/settings.json")
+    (home / ".qwen").mkdir()
+    (home / ".qwen" / "settings.json").write_text(settings)
+    argv = [
+        str(node),
+        str(cli),
+        *harness.argv(ctx, "Replace 'world' with 'adapter' in greeting.txt.")[2:],
+    ]
+    code, out, err = await run_cli(argv, work, quiet_env(home, **harness.env(ctx)))
+    assert code == 0, f"qwen exited {code}: {err[-3000:]} {out[-3000:]}"
+    assert target.read_text() == "hello adapter\n"
+    turns = await recorded(adapter, sid)
+    assert {t.wire for t in turns} == {"chat"}
+    assert_incremental(turns)
+    assert turns[0].assistant["tool_calls"][0]["function"]["name"] == "run_shell_command"

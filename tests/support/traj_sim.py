@@ -21,7 +21,7 @@ from coding_agent_rl.trajectory.turn import Turn
 START, END, NL, ALT_END = 1, 2, 3, 4
 ROLE = {"system": 10, "user": 11, "assistant": 12, "tool": 13}
 THINK, END_THINK, CALL = 21, 22, 23
-TOOL_TOKEN = {"Bash": 30, "Task": 31, "Agent": 32}
+TOOL_TOKEN = {"Bash": 30, "Task": 31, "Agent": 32, "invoke_agent": 33}
 TOOLS = [{"type": "function", "function": {"name": n, "parameters": {}}} for n in TOOL_TOKEN]
 
 
@@ -136,7 +136,11 @@ class Recorder:
                     "type": "function",
                     "function": {
                         "name": name,
-                        "arguments": {"prompt" if name in ("Task", "Agent") else "command": arg},
+                        "arguments": {
+                            "prompt"
+                            if name in ("Task", "Agent", "invoke_agent")
+                            else "command": arg
+                        },
                     },
                 }
                 for name, arg in tools

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from support.traj_sim import Recorder
 
 from coding_agent_rl.trajectory import build_samples
@@ -35,11 +36,12 @@ def test_linear_run_is_one_final_sample():
     assert s.tokens == rec.turns[-1].prompt_ids + rec.turns[-1].output_ids
 
 
-def test_subagent_dispatch_and_its_tool_result():
+@pytest.mark.parametrize("tool", ["Task", "invoke_agent"])  # Claude Code, Gemini CLI
+def test_subagent_dispatch_and_its_tool_result(tool):
     rec = Recorder()
     main = rec.main()
     step(rec, main)
-    dispatch = rec.call(main, tools=[("Task", "w900 w901")])
+    dispatch = rec.call(main, tools=[(tool, "w900 w901")])
     answer = rec.subagent("w900 w901", steps=2)
     rec.tool_result(main, answer)
     final = rec.call(main)

@@ -1,0 +1,86 @@
+"""``coding-agent-rl run --agent gemini_cli | qwen_code`` end to end: the real CLIs (Node.js
+bundles and the Node.js binary from the pinned npm tarballs, bind-mounted read-only) in Docker
+sandboxes, reaching only the adapter (adapter-only isolation), to the CPU policy servers — Gemini
+CLI through the Gemini wire format, Qwen Code through OpenAI Chat. The replay policy applies the
+gold patch through each CLI's own shell tool and solves the task; a policy that gives up scores
+0. The three runs go concurrently."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+from support.rollout_helpers import GIVE_UP, TASKS, containers, task_rule, write_script
+from test_run_e2e import CLI, check_run, finish, start
+
+from coding_agent_rl.types import Sample
+
+pytestmark = [pytest.mark.docker, pytest.mark.agents]
+
+
+@pytest.fixture(scope="module")
+def node_runs(rows, tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.mktemp("node-agents")
+    give_up = write_script(tmp / "give_up.json", [task_rule(rows["slugify"], GIVE_UP)])
+    outs = {name: tmp / name for name in ("replay", "give_up", "qwen")}
+    agent = ["--agent", "gemini_cli", "--limit", "1"]
+    t0 = time.monotonic()
+    procs = {
+        "replay": start(outs["replay"], "--policy", "replay", *agent),
+        "give_up": start(outs["give_up"], "--policy", give_up, *agent),
+        "qwen": start(outs["qwen"], "--policy", "replay", "--agent", "qwen_code", "--limit", "1"),
+    }
+    try:
+        printed = {name: finish(p, outs[name], 600) for name, p in procs.items()}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+    return {"out": outs, "printed": printed, "wall": time.monotonic() - t0}
+
+
+def test_gemini_cli_replay_solves_and_give_up_scores_zero(node_runs):
+    out = node_runs["out"]
+    (solved,), samples = check_run(out["replay"], node_runs["printed"]["replay"], 1)
+    assert solved["reward"] == 1.0 and solved["agent"] == "gemini_cli", solved
+    # The gold patch went through Gemini CLI's shell tool, as Gemini function calls.
+    log = (out["replay"] / solved["artifacts"]["agent_log"]).read_text()
+    events = [json.loads(x) for x in log.splitlines() if x.startswith('{"type"')]
+    uses = [e for e in events if e["type"] == "tool_use"]
+    assert uses and all(e["tool_name"] == "run_shell_command" for e in uses), log[-2000:]
+    assert events[-1]["type"] == "result" and events[-1]["status"] == "success"
+    final = [s for s in samples if s.metadata["segment"] == "final"]
+    assert len(final) == 1 and isinstance(final[0], Sample)
+
+    (gave_up,), _ = check_run(out["give_up"], node_runs["printed"]["give_up"], 1)
+    assert gave_up["reward"] == 0.0 and gave_up["failure_kind"] == "model", gave_up
+    assert gave_up["fail_reason"] == "empty diff"
+    assert containers() == []
+
+
+def test_qwen_code_replay_solves(node_runs):
+    out = node_runs["out"]["qwen"]
+    (solved,), _ = check_run(out, node_runs["printed"]["qwen"], 1)
+    assert solved["reward"] == 1.0 and solved["agent"] == "qwen_code", solved
+    log = (out / solved["artifacts"]["agent_log"]).read_text()
+    assert '"name":"run_shell_command"' in log  # the patch went through Qwen Code's shell tool
+
+
+def test_gemini_cli_replay_solves_on_the_local_backend(tmp_path):
+    """The same CLI on the local (bubblewrap) backend: its Node.js and bundle folder are bound
+    read-only into the sandbox the same way."""
+    from coding_agent_rl.sandbox.local import bwrap_reason
+
+    if reason := bwrap_reason():
+        pytest.skip(f"SKIPPED (no bubblewrap): {reason}")
+    out = tmp_path / "local"
+    out.mkdir()
+    args = ["run", "--sandbox", "local", "--dataset", str(TASKS), "--policy", "replay"]
+    args += ["--agent", "gemini_cli", "--limit", "1", "--agent-budget", "300", "--out", str(out)]
+    with (tmp_path / "local.log").open("w") as log:
+        proc = subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=log, text=True)
+    printed = finish(proc, out, 600)
+    (solved,), _ = check_run(out, printed, 1)
+    assert solved["reward"] == 1.0 and solved["agent"] == "gemini_cli", solved
