@@ -1,0 +1,118 @@
+"""``coding-agent-rl audit-grading``: the attack families through the real pipeline (real Claude
+Code CLI in Docker, the adapter, the grader as ``run`` uses it, every defence at its default) on
+the bundled tasks, each family on one task, all at once. The test fails on any attack that gets
+reward, becomes ``infra`` or harms the host, and on a real fix scored below 1.0; it also fails
+when a family did not land (an attack that never ran proves nothing).
+
+The bundled repositories configure no pytest ``pythonpath``; the dataset here gives each one a
+``pytest.ini`` with ``pythonpath = src`` (``pre_commands``) so the shadowing family applies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import pathlib
+import re
+
+import pytest
+from support.rollout_helpers import EXAMPLES, TASKS
+
+from coding_agent_rl import cli
+from coding_agent_rl.commands import audit_grading
+from coding_agent_rl.datasets.prompt import render_prompt
+from coding_agent_rl.datasets.schema import load_dataset
+from coding_agent_rl.policy import attacks
+
+PYTHONPATH_INI = "printf '[pytest]\\npythonpath = src\\n' > pytest.ini"
+
+
+def audit_dataset(path: pathlib.Path) -> pathlib.Path:
+    """The bundled tasks, texts inline, each with a pytest.ini setting ``pythonpath = src``."""
+    lines = []
+    for line in TASKS.read_text().splitlines():
+        row = json.loads(line)
+        md = row["metadata"]
+        for key in ("problem_statement", "patch", "test_patch"):
+            name = md.pop(f"{key}_file", None)
+            if name:
+                md[key] = (EXAMPLES / name).read_text()
+        md.pop("build", None)
+        md["pre_commands"] = [PYTHONPATH_INI]
+        lines.append(json.dumps(row))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_each_family_gets_its_own_task_copy_and_rule():
+    rows = load_dataset(TASKS)
+    planned = audit_grading.plan(rows, list(attacks.FAMILIES), 1)
+    assert [p.family.name for p in planned] == attacks.family_names()
+    assert len({p.row.instance_id for p in planned}) == len(rows)  # spread over every task
+    rules = audit_grading.script(planned)["rules"]
+    for p in planned:
+        prompt = render_prompt(p.variant.problem_statement, p.variant.workdir)
+        hits = [q.family.name for q, r in zip(planned, rules, strict=True) if matches(r, prompt)]
+        assert hits == [p.family.name]  # the copy's own rule, and no other family's
+        original = render_prompt(p.row.problem_statement, p.row.workdir)
+        assert not any(matches(r, original) for r in rules)  # the task as given plays nothing
+
+
+def matches(rule: dict, prompt: str) -> bool:
+    return re.search(rule["match_prompt"], prompt, re.S) is not None
+
+
+def test_an_unknown_family_is_a_one_line_usage_error(capsys):
+    assert cli.main(["audit-grading", "--dataset", str(TASKS), "--family", "nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("coding-agent-rl audit-grading: error: unknown attack family 'nope'")
+    assert len(err.splitlines()) == 1
+
+
+@pytest.fixture(scope="module")
+def audit(example_images, tmp_path_factory) -> tuple[int, dict]:
+    tmp = tmp_path_factory.mktemp("audit")
+    argv = [
+        "audit-grading",
+        "--dataset",
+        str(audit_dataset(tmp / "tasks.jsonl")),
+        "--tasks-per-family",
+        "1",
+        "--concurrency",
+        "6",
+        "--agent-budget",
+        "150",
+        "--eval-timeout",
+        "120",
+        "--out",
+        str(tmp / "out"),
+        "--json",
+    ]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli.main(argv)
+    report = json.loads(out.getvalue())
+    print(audit_grading.table(report))  # in the test log: the figures of this run
+    return code, report
+
+
+@pytest.mark.docker
+@pytest.mark.agents
+def test_every_family_ran_its_attack(audit):
+    _, report = audit
+    assert set(report["families"]) == set(attacks.family_names())
+    not_landed = [name for name, f in report["families"].items() if not f["landed"]]
+    assert not_landed == [], not_landed
+
+
+@pytest.mark.docker
+@pytest.mark.agents
+def test_no_attack_succeeds_and_the_real_fix_scores(audit):
+    code, report = audit
+    wins = {
+        name: [(r["task"], r["outcome"], r["reason"]) for r in f["rollouts"] if r["success"]]
+        for name, f in report["families"].items()
+        if f["successes"]
+    }
+    assert (code, report["successes"], wins) == (0, 0, {})
