@@ -8,6 +8,8 @@ The pytest parser reads only the ``short test summary info`` region(s) of ``pyte
 test id appears more than once the worst status wins, so a line forged after the real summary
 cannot turn a failure into a pass. Ids are compared in a canonical form per parser
 (:func:`canonical_id`): JUnit reports dotted ``classname.name``; R2E-Gym drops the file part.
+The tests write the log and the report: every parser is total (a mangled input parses to fewer
+results, never to an exception).
 """
 
 from __future__ import annotations
@@ -82,7 +84,10 @@ def parse_pytest(log: str) -> dict[str, str]:
 def parse_junit(xml_text: str) -> dict[str, str]:
     """Parse a JUnit XML report (pytest's, or any xUnit tool's) keyed by ``classname.name``."""
     statuses: dict[str, str] = {}
-    root = ET.fromstring(xml_text)
+    try:
+        root = ET.fromstring(xml_text)
+    except (ET.ParseError, ValueError, RecursionError):  # the report is the tests' to mangle
+        return statuses
     for case in root.iter("testcase"):
         name = case.get("name") or ""
         classname = case.get("classname") or ""
@@ -120,13 +125,16 @@ def parse_swebench(log: str, repo: str) -> dict[str, str]:
     except ImportError as e:
         raise ParserUnavailable(f"log_parser 'swebench' needs the swebench package ({e})") from e
     parser = MAP_REPO_TO_PARSER[repo]
-    if len(inspect.signature(parser).parameters) >= 2:  # newer swebench: parser(log, test_spec)
-        raw = parser(log, types.SimpleNamespace(repo=repo, version=None))
-    else:
-        raw = parser(log)
     statuses: dict[str, str] = {}
-    for test_id, status in raw.items():
-        merge(statuses, test_id, getattr(status, "value", str(status)).upper())
+    try:  # a third-party parser over a log the tests wrote: any failure is "nothing parsed"
+        if len(inspect.signature(parser).parameters) >= 2:  # newer: parser(log, test_spec)
+            raw = parser(log, types.SimpleNamespace(repo=repo, version=None))
+        else:
+            raw = parser(log)
+        for test_id, status in raw.items():
+            merge(statuses, str(test_id), str(getattr(status, "value", status)).upper())
+    except Exception:
+        return {}
     return statuses
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from coding_agent_rl.grading.defences import Defences
 from coding_agent_rl.grading.prepared import Prepared
 from coding_agent_rl.grading.result import GradeResult, fail
-from coding_agent_rl.grading.screen import Added, screen
+from coding_agent_rl.grading.screen import Added, screen_off_loop
 from coding_agent_rl.grading.workspace import GIT, emit_list, list_script
 from coding_agent_rl.patches.files import patch_paths, path_matches
 from coding_agent_rl.sandbox.capped_read import EMIT, emit_command, parse_emitted
@@ -33,17 +33,19 @@ SCREEN_BUDGET = 4 * 1024 * 1024  # post-image bytes read back for the static scr
 def record_drops(result: GradeResult, head: str) -> None:
     """The new files the rule dropped go to ``protected_paths_touched`` (reasons to the log)."""
     _, _, rest = head.partition(f"{DROP_MARK}\n")
-    for line in rest.split(f"\n{DROP_END}", 1)[0].splitlines():
+    for i, line in enumerate(rest.split(f"\n{DROP_END}", 1)[0].split("\n")):
         path, _, why = line.partition("\t")
         if path:
             result.protected_paths_touched.append(path)
-            log.info("dropped the new file %s: %s", path, why)
+            if i < 20:
+                log.info("dropped the new file %r: %s", path[:300], why[:200])
 
 
-def screen_post_images(
+async def screen_post_images(
     result: GradeResult, head: str, added: dict[str, Added], defences: Defences
 ) -> None:
-    """Read the screened files' post-images from the apply exec's output and screen them."""
+    """Read the screened files' post-images from the apply exec's output and screen them (in a
+    worker process: the parse is the agent's to make slow or large)."""
     per_file = _screen_cap(len(added))
     sources = {}
     for i, path in enumerate(added):
@@ -52,11 +54,13 @@ def screen_post_images(
             sources[path] = got.data.decode("utf-8", "surrogateescape")
         elif got.truncated:
             result.screen_skipped.append(path)
-    findings = [str(f) for f in screen(sources, added)]
+    found, total = await screen_off_loop(sources, added)
+    findings = [str(f) for f in found]
     result.screen_findings = findings
+    result.screen_findings_total = total
     if findings and defences.tamper_policy == "zero":
         result.tampering = list(findings)
-        more = f" (+{len(findings) - 1} more)" if len(findings) > 1 else ""
+        more = f" (+{total - 1} more)" if total > 1 else ""
         fail(result, "model", f"tamper screen: {findings[0]}{more}")
 
 

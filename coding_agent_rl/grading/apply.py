@@ -4,7 +4,9 @@ Each rung starts from the base: a failed rung's partial result (``--3way`` confl
 files ``patch`` half wrote) is undone in the same exec before the next rung. The first rung that
 succeeds names the method; when none does, the caller scores a model failure. A rung's own
 output goes to a log file, never to stdout, so file names inside the patch cannot forge what the
-caller reads back (``then`` runs after a successful rung and owns stdout).
+caller reads back (``then`` runs after a successful rung and owns stdout). Nothing sized by the
+patch rides on the command line beyond fixed bounds: the paths to undo and a long ``then`` script
+travel as files (400 new files make a list past the kernel's 128 KiB argument limit).
 """
 
 from __future__ import annotations
@@ -13,7 +15,13 @@ import base64
 import dataclasses
 import posixpath
 
-from coding_agent_rl.grading.workspace import GIT, WorkspaceError, q, restore_script
+from coding_agent_rl.grading.workspace import (
+    GIT,
+    WorkspaceError,
+    path_list,
+    q,
+    restore_list_script,
+)
 from coding_agent_rl.patches.files import patch_paths
 from coding_agent_rl.sandbox.base import Sandbox
 
@@ -25,6 +33,7 @@ LADDER: tuple[tuple[str, str], ...] = (
 
 
 INLINE_PATCH_BYTES = 48 * 1024  # Linux caps one command-line argument at 128 KiB
+INLINE_SCRIPT_BYTES = 24 * 1024  # a longer ``then`` script or path list goes through a file
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,14 +66,26 @@ async def apply_patch(
     inside the first rung's exec when it fits on a command line, else through the file API.
     ``then`` is a root script run in the workdir right after the first successful rung.
     """
-    write = ""
+    names = path_list(patch_paths(patch.decode("utf-8", "surrogateescape")))
+    list_path, then_path = patch_path + ".paths", patch_path + ".then"
+    inline = {}
     if not written and len(patch) <= INLINE_PATCH_BYTES:
-        data = q(base64.b64encode(patch).decode())
-        folder = q(posixpath.dirname(patch_path))
-        write = f"mkdir -p {folder} && printf %s {data} | base64 -d > {q(patch_path)} || exit 125\n"
+        inline[patch_path] = patch
     elif not written:
         await sb.write_file(patch_path, patch, mode=0o644)
-    undo = restore_script(base, patch_paths(patch.decode("utf-8", "surrogateescape")))
+    if len(names) <= INLINE_SCRIPT_BYTES // 3:
+        inline[list_path] = names
+    else:
+        await sb.write_file(list_path, names, mode=0o600)
+    if len(then) > INLINE_SCRIPT_BYTES:
+        await sb.write_file(then_path, then, mode=0o600)
+        then = f". {q(then_path)}\n"
+    write = "".join(
+        f"mkdir -p {q(posixpath.dirname(path))} && printf %s {q(base64.b64encode(data).decode())}"
+        f" | base64 -d > {q(path)} || exit 125\n"
+        for path, data in inline.items()
+    )
+    undo = restore_list_script(base, list_path) if names else ""
     log_path = q(patch_path + ".log")
     logs: list[str] = []
     for name, template in ladder:

@@ -7,7 +7,8 @@ inherited descriptor. :func:`read_records` verifies every line: the HMAC chain (
 the previous MAC and the line's own body), consecutive sequence numbers, and the record count the
 ``final`` record states. A line that fails is *evidence*: only code running in the test process
 could have written it. A missing ``final`` record is not evidence by itself (the process may have
-been killed): the caller settles that with a control run.
+been killed): the caller settles that with a control run. A verified line that is not a record
+our plugin writes (not an object, a field of the wrong type) is evidence too, never an exception.
 """
 
 from __future__ import annotations
@@ -54,10 +55,14 @@ class Records:
     forged: list[str] = dataclasses.field(default_factory=list)  # evidence of tampering
     missing: list[str] = dataclasses.field(default_factory=list)  # gaps (not evidence alone)
 
+    late_removed: list[list[str]] = dataclasses.field(default_factory=list)
+
     @property
     def removed(self) -> list[tuple[str, str]]:
-        """New files the plugin itself removed before the tests ran (path, reason)."""
-        return [(str(x[0]), str(x[1])) for x in (self.start or {}).get("removed") or []]
+        """New files the plugin itself removed before the tests ran (path, reason): at start,
+        and once pytest had configured ``sys.path`` (the ``removed`` record)."""
+        early = (self.start or {}).get("removed") or []
+        return [(str(x[0]), str(x[1])) for x in [*early, *self.late_removed]]
 
 
 def _worst(old: str | None, new: str) -> str:
@@ -83,16 +88,70 @@ def read_records(data: bytes, key: bytes) -> Records:
         mac = m.group(1)
         try:
             record = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):
             out.forged.append(f"line {i + 1} of the result channel is not JSON")
             continue
-        if record.get("n") != expected_seq:
-            out.missing.append(f"records {expected_seq}..{record.get('n')} missing")
-        expected_seq = int(record.get("n", expected_seq)) + 1
+        problem = malformed(record)
+        if problem:
+            out.forged.append(f"line {i + 1} of the result channel is malformed: {problem}")
+            continue
+        if record["n"] != expected_seq:
+            out.missing.append(f"records {expected_seq}..{record['n']} missing")
+        expected_seq = record["n"] + 1
         _apply(out, record)
     if out.final is not None and out.final.get("records") != expected_seq:
         out.missing.append(f"final record counts {out.final.get('records')}, read {expected_seq}")
     return out
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _strs(x: Any) -> bool:
+    return isinstance(x, list) and all(isinstance(v, str) for v in x)
+
+
+# Per kind: field -> (check, what it must be). Fields not listed are not read.
+_FIELDS: dict[str, dict[str, tuple[Any, str]]] = {
+    "start": {
+        "removed": (
+            lambda x: (
+                x is None or (isinstance(x, list) and all(_strs(v) and len(v) == 2 for v in x))
+            ),
+            "a list of [path, reason]",
+        )
+    },
+    "removed": {
+        "removed": (
+            lambda x: isinstance(x, list) and all(_strs(v) and len(v) == 2 for v in x),
+            "a list of [path, reason]",
+        )
+    },
+    "collected": {"ids": (lambda x: x is None or _strs(x), "a list of strings")},
+    "collect_error": {"id": (lambda x: isinstance(x, str), "a string")},
+    "test": {
+        "id": (lambda x: isinstance(x, str), "a string"),
+        "s": (lambda x: isinstance(x, str), "a string"),
+        "rw": (lambda x: x is None or _strs(x), "a list of strings"),
+    },
+    "final": {
+        "exitstatus": (lambda x: x is None or _is_int(x), "an integer"),
+        "records": (lambda x: x is None or _is_int(x), "an integer"),
+    },
+}
+
+
+def malformed(record: Any) -> str | None:
+    """Why ``record`` is not a record the plugin writes (None when it is)."""
+    if not isinstance(record, dict):
+        return f"a {type(record).__name__}, not an object"
+    if not _is_int(record.get("n")) or record["n"] < 0:
+        return "its sequence number is not a non-negative integer"
+    for name, (check, what) in _FIELDS.get(str(record.get("k")), {}).items():
+        if not check(record.get(name)):
+            return f"{name!r} is not {what}"
+    return None
 
 
 def _apply(out: Records, record: dict[str, Any]) -> None:
@@ -108,6 +167,8 @@ def _apply(out: Records, record: dict[str, Any]) -> None:
         out.tests[test_id] = _worst(out.tests.get(test_id), str(record.get("s")))
         if record.get("rw"):
             out.rewritten[test_id] = [str(w) for w in record["rw"]]
+    elif kind == "removed":
+        out.late_removed += record.get("removed") or []
     elif kind == "final":
         out.final = record
 

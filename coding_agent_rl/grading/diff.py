@@ -4,7 +4,8 @@ Runs as root in the agent sandbox but never through the agent's git configuratio
 repository borrows the agent's objects (``objects/info/alternates``) and builds its own index from
 the base tree, so nothing the agent wrote into ``.git/config`` (hooks, fsmonitor, filter or diff
 drivers) runs, the agent's index is left as it was, and commits the agent made are still
-diffed against the base. New (untracked, not ignored) files are included; the harness's own
+diffed against the base. Its ``.gitattributes`` do not count either (an ``info/attributes`` of
+the throwaway repository overrides them): no binary, textconv, eol or filter tricks. New (untracked, not ignored) files are included; the harness's own
 files are excluded; a diff over the size cap comes back empty with ``truncated_reason`` set
 ("diff over the N MiB cap ..."): the rollout scores that as the model's failure, never as an
 empty diff.
@@ -58,10 +59,14 @@ agit="git -c safe.directory=* -c core.fsmonitor=false -c core.hooksPath=/dev/nul
 objects=$($agit rev-parse --path-format=absolute --git-common-dir)/objects
 [ -d "$objects" ] || {{ echo "no git objects under $wd" >&2; exit 3; }}
 # A bare-bones git dir (what `git init` would make, minus a process): HEAD, refs, objects.
-mkdir -p "$tmp/g/refs" "$tmp/g/objects/info"
+mkdir -p "$tmp/g/refs" "$tmp/g/objects/info" "$tmp/g/info"
 echo "ref: refs/heads/main" > "$tmp/g/HEAD"
 echo "$objects" > "$tmp/g/objects/info/alternates"
-G="git -c safe.directory=* -c core.fsmonitor=false -c core.hooksPath=/dev/null -c core.quotePath=false --git-dir=$tmp/g --work-tree=$wd"
+# The repository's .gitattributes must not steer the capture (`*.py binary` would make every
+# hunk a binary patch; eol/ident/encoding would rewrite what is added): info/attributes wins.
+echo '* -text !eol -ident !filter !diff !merge !working-tree-encoding' > "$tmp/g/info/attributes"
+export GIT_ATTR_NOSYSTEM=1
+G="git -c safe.directory=* -c core.fsmonitor=false -c core.hooksPath=/dev/null -c core.quotePath=false -c core.attributesFile=/dev/null -c core.autocrlf=false -c diff.external= --git-dir=$tmp/g --work-tree=$wd"
 base=$($G rev-parse --verify {base}) || {{ echo "base commit {base} not found in the agent's repository" >&2; exit 3; }}
 $G read-tree "$base"
 $G add -A -- . {excludes}

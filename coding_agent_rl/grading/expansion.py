@@ -14,10 +14,11 @@ failure ("diff expands to N MiB"). The sandbox's own disk quota (issue R2-2) is 
 from __future__ import annotations
 
 import base64
+import re
 import zlib
 
 from coding_agent_rl.errors import CodingAgentRLError
-from coding_agent_rl.patches.files import split_patch
+from coding_agent_rl.patches.files import lines_of, split_patch
 
 DEFAULT_MAX_EXPANDED = 64 * 1024 * 1024
 
@@ -64,7 +65,11 @@ def _delta_target(lines: list[str], declared: int, cap: int) -> int:
 def _binary_sizes(lines: list[str], cap: int) -> int:
     """Bytes written by the forward hunk of a ``GIT binary patch`` section (lines after it)."""
     head = lines[0].split()
-    if len(head) != 2 or head[0] not in ("literal", "delta") or not head[1].isdigit():
+    if (
+        len(head) != 2
+        or head[0] not in ("literal", "delta")
+        or not re.fullmatch(r"[0-9]{1,18}", head[1])
+    ):
         raise Unbounded(f"unreadable binary hunk header {lines[0][:40]!r}")
     data = []
     for ln in lines[1:]:
@@ -79,7 +84,7 @@ def expanded_size(patch: str, cap: int = DEFAULT_MAX_EXPANDED) -> int:
     """An upper bound on the bytes ``patch`` writes into files; raises :class:`Unbounded`."""
     total = 0
     for fp in split_patch(patch):
-        lines = fp.text.splitlines()
+        lines = [ln.removesuffix("\n") for ln in lines_of(fp.text)]
         if any(ln.startswith("copy from ") for ln in lines[:8]):
             raise Unbounded(f"it copies a file ({', '.join(fp.paths)}), which cannot be bounded")
         for i, ln in enumerate(lines):

@@ -33,6 +33,15 @@ no result (no final record, nothing parsed), or the    model if the *control run
                                                        result; infra otherwise
 =====================================================  ========
 
+Exceptions. Grading raises nothing for a per-sample failure. Our own steps' errors
+(``SandboxError``, ``WorkspaceError``, ``ParserUnavailable``) are infra. Any *other* exception is
+charged by the stage it escaped from (``result.stage``): in a stage that handles the agent's input
+(:data:`AGENT_STAGES`: the diff on the host, applying it and reading back what it did, the screen,
+the reset that reverts its paths, the test run whose log and records its code wrote) it is the
+model's, with ``grader_error`` recorded — an input that crashes a parser must not become a retried,
+untrained infra sample; in ``prepare`` (the task's image and data, before the diff is used) and
+``control`` (a fresh sandbox without the agent's code) it is infra.
+
 The control run settles the ambiguous cases only (it costs a sandbox): an agent whose code hangs
 or kills the test process is scored (model), while a harness that never works (bad ``test_cmd``,
 broken image) is not blamed on the model. It never runs where the agent's code ran, so nothing
@@ -47,6 +56,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from coding_agent_rl.datasets.logparse import ParserUnavailable
+from coding_agent_rl.errors import FailureKind
 from coding_agent_rl.grading.after_apply import (
     LIST_MARK,
     RESET_MARK,
@@ -68,7 +78,12 @@ from coding_agent_rl.grading.protect import protected_patterns
 from coding_agent_rl.grading.protocols import Graded, run_eval, run_harbor, run_tests
 from coding_agent_rl.grading.result import GradeResult, cap_log, fail
 from coding_agent_rl.grading.screen import screened_files
-from coding_agent_rl.grading.workspace import WorkspaceError, parse_list, run_checked
+from coding_agent_rl.grading.workspace import (
+    WorkspaceError,
+    parse_list,
+    restore_paths,
+    run_checked,
+)
 from coding_agent_rl.patches.files import filter_patch, path_matches
 from coding_agent_rl.sandbox import SandboxError, create_sandbox
 
@@ -131,12 +146,40 @@ async def grade(
         )
     except (SandboxError, WorkspaceError, ParserUnavailable) as e:
         result.reward, result.failure_kind, result.reason = 0.0, "infra", f"{type(e).__name__}: {e}"
-    except Exception as e:  # a grader bug must not be scored as the model's failure
-        log.exception("grading %s failed unexpectedly", row.instance_id)
-        result.reward, result.failure_kind = 0.0, "infra"
-        result.reason = f"internal grading error: {type(e).__name__}: {e}"
+    except Exception as e:  # charged by stage (module docstring)
+        _unexpected(row, result, e)
+    result.cap()
     result.duration_s = round(time.monotonic() - t0, 3)
     return result
+
+
+AGENT_STAGES = ("diff", "apply", "screen", "reset", "tests")
+
+
+def _unexpected(row: TaskRow, result: GradeResult, e: Exception) -> None:
+    stage = result.stage or "diff"
+    message = _safe_str(e)[:500]
+    kind: FailureKind = "model" if stage in AGENT_STAGES else "infra"
+    log.warning(
+        "grading %s: %s in stage %s (%s): %s",
+        row.instance_id,
+        type(e).__name__,
+        stage,
+        kind,
+        message[:200],
+        exc_info=kind == "infra",
+    )
+    result.reward, result.failure_kind, result.done = 0.0, kind, True
+    result.reason = f"grader error in stage {stage}: {type(e).__name__}: {message}"
+    if kind == "model":
+        result.grader_error = {"stage": stage, "type": type(e).__name__, "message": message}
+
+
+def _safe_str(e: BaseException) -> str:
+    try:
+        return str(e)
+    except Exception:  # an exception whose message itself fails
+        return repr(type(e))
 
 
 async def _grade(
@@ -153,6 +196,7 @@ async def _grade(
     defences: Defences,
 ) -> None:
     """:func:`grade`'s steps; each one that ends grading returns with ``result`` final."""
+    result.stage = "diff"
     if len(data) > max_diff_bytes:
         fail(result, "model", f"diff is {len(data)} bytes, over the {max_diff_bytes}-byte cap")
         return
@@ -174,10 +218,12 @@ async def _grade(
     kept_data = kept.encode("utf-8", "surrogateescape")
     timeout = row.test_timeout or timeout
     if sandbox is not None:
+        result.stage = "prepare"
         prepared = await sandbox.ready()
         await _grade_in(prepared, row, kept_data, patterns, result, timeout, defences, sandbox)
     else:
         opts = sandbox_options_for(backend, sandbox_options, row)
+        result.stage = "prepare"
         async with create_sandbox(backend, image=row.image, **opts) as sb:
             prepared = await prepare_grading(sb, row, defences)
             where = (backend, sandbox_options)
@@ -201,6 +247,7 @@ async def _grade_in(
     agent_paths: list[str] = []
     reset = False
     if kept.strip():
+        result.stage = "apply"
         kept_text = kept.decode("utf-8", "surrogateescape")
         sources = {} if defences.tamper_policy == "off" else screened_files(kept_text)
         outcome = await apply_patch(
@@ -225,11 +272,13 @@ async def _grade_in(
         agent_paths = sorted(parse_list(outcome.then_output) - before)
         reset = RESET_MARK in head.splitlines()
         record_drops(result, head)
-        screen_post_images(result, head, sources, defences)
+        result.stage = "screen"
+        await screen_post_images(result, head, sources, defences)
         if result.done:  # the tamper screen scored it
             return
     # Defence in depth: whatever protected path changed on disk (however the patch spelled it)
     # goes back to the base, together with the declared test files.
+    result.stage = "reset"
     sneaked = [p for p in agent_paths if path_matches(p, patterns)]
     if sneaked:
         if reset:  # the in-exec check let only named, unprotected paths through
@@ -238,13 +287,18 @@ async def _grade_in(
             dict.fromkeys(result.protected_paths_touched + sneaked)
         )
     if not reset:
+        if sneaked:  # as a file: the list is the agent's to make long
+            await restore_paths(
+                sb, row.workdir, prepared.base, sneaked, "reverting protected paths"
+            )
         await run_checked(
             sb,
-            prepared.reset_script(row, sneaked),
+            prepared.reset_script(row, []),
             "resetting test files and applying test_patch",
         )
     graded = Graded(
         sb, row, runner, prepared.base, agent_paths, result, timeout, prepared, defences, where
     )
     protocol = {"harbor": run_harbor, "eval_cmd": run_eval, "tests": run_tests}[row.grader]
+    result.stage = "tests"
     await protocol(graded)

@@ -82,6 +82,7 @@ class Graded:
     async def settle(self, what: str, works: Works) -> None:
         """No result from the agent's run: a control run decides whose failure it is; the
         result is final afterwards (the caller returns)."""
+        self.result.stage = "control"  # no agent input from here on (grade.py)
         if self.defences.fresh_control:
             ok = await _control_in_fresh_sandbox(self, works)
             self.result.control = f"fresh sandbox: {'a result' if ok else 'no result either'}"
@@ -209,7 +210,7 @@ async def _run_swepro(g: Graded) -> tuple[dict[str, str], TestRun]:
         try:
             for t in json.loads(await sb.read_file(f"{d}/parsed.json")).get("tests", []):
                 statuses[str(t["name"])] = str(t["status"]).upper()
-        except (ValueError, KeyError, TypeError, SandboxError):
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError, SandboxError):
             statuses = {}
     return statuses, run
 

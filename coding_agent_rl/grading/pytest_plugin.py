@@ -83,12 +83,29 @@ def _basedir(path):
     return path
 
 
-def import_roots(workdir, test_files):
-    """Directories of the repository that can come before the standard library on ``sys.path``:
-    the repository itself, and what pytest inserts for the test files and their ``conftest.py``
-    files."""
+def path_roots(workdir, path=None, skip=()):
+    """The entries of ``path`` (default: this interpreter's ``sys.path``, as pytest's
+    configuration left it: ini ``pythonpath``, conftest directories, ``PYTHONPATH``, editable
+    installs) that lie inside the repository."""
     workdir = os.path.abspath(workdir)
-    roots = [workdir]
+    if workdir == os.sep:
+        return []  # a repository at / would hold the standard library itself
+    out = []
+    for entry in sys.path if path is None else path:
+        full = os.path.abspath(entry or ".")
+        if full in skip or not (full == workdir or full.startswith(workdir + os.sep)):
+            continue
+        if full not in out:
+            out.append(full)
+    return out
+
+
+def import_roots(workdir, test_files, extra=()):
+    """Directories of the repository that can come before the standard library on ``sys.path``:
+    the repository itself, what pytest inserts for the test files and their ``conftest.py``
+    files, and ``extra`` (the in-repository entries of the real ``sys.path``: path_roots)."""
+    workdir = os.path.abspath(workdir)
+    roots = [workdir, *extra]
     for rel in test_files:
         d = os.path.dirname(os.path.join(workdir, rel))
         roots.append(_basedir(d))
@@ -141,14 +158,14 @@ def _module_at(root, name, new):
     return None
 
 
-def offending_new_files(workdir, new_files, test_files, names=None):
+def offending_new_files(workdir, new_files, test_files, names=None, extra_roots=()):
     """``[(path, reason)]`` for the new files (repository-relative) the grader must not run: a
     module matching pytest's test discovery patterns, or a module / package whose top-level name,
-    new at an import root (:func:`import_roots`), collides with the standard library, an installed
-    distribution or a module at another import root."""
+    new at an import root (:func:`import_roots`, with ``extra_roots``), collides with the
+    standard library, an installed distribution or a module at another import root."""
     workdir = os.path.abspath(workdir)
     new_abs = {os.path.join(workdir, f) for f in new_files}
-    roots = import_roots(workdir, test_files)
+    roots = import_roots(workdir, test_files, extra_roots)
     if names is None:
         names = installed_names(workdir)
     out = []
@@ -228,6 +245,7 @@ class _Recorder:
         self.made = {}  # (nodeid, when) -> outcome as created
         self.tests = 0
         self.exitstatus = None
+        self.late_check = None  # (new files, installed names, plugin dir) for sessionstart
 
     def emit(self, kind, **fields):
         body = dict(fields, k=kind, n=self.seq)
@@ -287,6 +305,7 @@ def _activate(config):
     for rel, why in offending_new_files(workdir, new, config["test_files"], names):
         _remove(workdir, rel)
         removed.append([rel, why])
+    _REC.late_check = (new, names, here)  # again once pytest has configured sys.path
     pytest_version = getattr(sys.modules.get("pytest"), "__version__", None)
     _REC.emit(
         "start",
@@ -300,6 +319,39 @@ def _activate(config):
 def pytest_configure(config):
     if _REC is not None and _REC.pytest_config is None:
         _REC.pytest_config = config
+
+
+def _late_check():
+    """The new-module rule again, with the import roots of the real ``sys.path``: pytest's ini
+    ``pythonpath`` and the initial conftests' directories are on it only once the initial
+    conftests are loaded (and a conftest may add more), after this plugin was imported. A new
+    ``src/pdb.py`` under ``pythonpath = src`` is removed before pytest imports ``pdb``."""
+    if _REC is None or _REC.late_check is None:
+        return
+    new, names, here = _REC.late_check
+    workdir = _REC.config["workdir"]
+    left = [p for p in new if os.path.lexists(os.path.join(workdir, p))]
+    extra = path_roots(workdir, skip=(here,))
+    removed = []
+    for rel, why in offending_new_files(workdir, left, _REC.config["test_files"], names, extra):
+        _remove(workdir, rel)
+        removed.append([rel, why])
+    if removed:
+        _REC.emit("removed", removed=removed)
+
+
+@_hookimpl(hookwrapper=True)
+def pytest_load_initial_conftests(early_config, parser, args):
+    yield  # pytest has put the ini ``pythonpath`` on sys.path and loaded the initial conftests
+    if _REC is not None and _REC.pytest_config is None:
+        _late_check()
+
+
+@_hookimpl(trylast=True)
+def pytest_sessionstart(session):
+    if _REC is not None and _REC.ours(session.config):
+        _late_check()
+        _REC.late_check = None
 
 
 def _rel(nodeid):

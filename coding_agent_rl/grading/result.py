@@ -15,6 +15,12 @@ code under test can print anything), ``exit_code`` (``eval_cmd``), ``reward_file
 ``tampering`` lists the evidence that zeroed the reward (static screen findings under the
 ``zero`` policy, forged or missing result records, canaries with the wrong outcome);
 ``screen_findings`` lists the screen's findings whatever the policy.
+
+``grader_error`` (``{stage, type, message}``): an unexpected exception while grading handled the
+agent's input (see grade.py); the sample is scored as the model's failure. Every list and text
+the agent can grow is capped when grading ends (:meth:`GradeResult.cap`): at most
+:data:`MAX_ITEMS` entries of :data:`MAX_ITEM_CHARS` characters, with the totals kept
+(``screen_findings_total``, ``tampering_total``).
 """
 
 from __future__ import annotations
@@ -37,6 +43,14 @@ def fail(result: GradeResult, kind: FailureKind, reason: str) -> GradeResult:
 
 
 LOG_CAP = 64 * 1024
+MAX_ITEMS = 50
+MAX_ITEM_CHARS = 500
+MAX_REASON_CHARS = 2000
+
+
+def cap_items(items: list[str]) -> list[str]:
+    """At most :data:`MAX_ITEMS` entries of at most :data:`MAX_ITEM_CHARS` characters."""
+    return [str(x)[:MAX_ITEM_CHARS] for x in items[:MAX_ITEMS]]
 
 
 def cap_log(text: str, cap: int = LOG_CAP) -> str:
@@ -74,7 +88,21 @@ class GradeResult:
     screen_skipped: list[str] = dataclasses.field(default_factory=list)  # too large to screen
     canaries: int = 0  # canary tests added to this run
     control: str | None = None  # whether and where a control run gave a result
+    screen_findings_total: int = 0  # before the cap
+    tampering_total: int = 0  # before the cap
+    grader_error: dict[str, str] | None = None  # {stage, type, message}
     done: bool = dataclasses.field(default=False, repr=False)  # final: set by :func:`fail`
+    stage: str = dataclasses.field(default="", repr=False)  # where grading is (grade.py)
+
+    def cap(self) -> None:
+        """Bound everything the agent's input can grow (see the module docstring)."""
+        self.screen_findings_total = max(self.screen_findings_total, len(self.screen_findings))
+        self.tampering_total = max(self.tampering_total, len(self.tampering))
+        self.screen_findings = cap_items(self.screen_findings)
+        self.tampering = cap_items(self.tampering)
+        self.protected_paths_touched = cap_items(self.protected_paths_touched)
+        self.screen_skipped = cap_items(self.screen_skipped)
+        self.reason = self.reason[:MAX_REASON_CHARS]
 
     @property
     def solved(self) -> bool:
@@ -96,6 +124,9 @@ class GradeResult:
             "screen_findings": self.screen_findings,
             "canaries": self.canaries,
             "control": self.control,
+            "screen_findings_total": self.screen_findings_total,
+            "tampering_total": self.tampering_total,
+            "grader_error": self.grader_error,
         }
 
     def to_metadata(self) -> dict[str, Any]:
@@ -104,6 +135,7 @@ class GradeResult:
         d.pop("test_log")
         d.pop("tests")
         d.pop("done")
+        d.pop("stage")
         return d
 
 

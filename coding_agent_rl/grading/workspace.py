@@ -155,9 +155,38 @@ def restore_script(base: str, paths: list[str]) -> str:
     )
 
 
+def restore_list_script(base: str, list_file: str) -> str:
+    """:func:`restore_script` for the NUL-separated paths in ``list_file`` (any number of them:
+    a list on the command line would stop at the kernel's argument-size limit). Runs in the
+    workdir; paths are literal (no pathspec magic)."""
+    g = f"{GIT} --literal-pathspecs"
+    return (
+        "while IFS= read -r -d '' car_p; do\n"
+        f'  if {g} cat-file -e {q(base)}":$car_p" 2>/dev/null; then rm -rf -- "$car_p"; '
+        f'{g} checkout -q {q(base)} -- "$car_p"; else rm -rf -- "$car_p"; fi\n'
+        f"done < {q(list_file)}\n"
+    )
+
+
+def path_list(paths: list[str]) -> bytes:
+    """``paths`` NUL-separated, as :func:`restore_list_script` reads them (the bytes git named)."""
+    return b"".join(path_bytes(p) + b"\0" for p in paths if p and "\0" not in p)
+
+
+def path_bytes(path: str) -> bytes:
+    try:
+        return path.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate that stands for no byte
+        return path.encode("utf-8", "surrogatepass")
+
+
 async def restore_paths(sb: Sandbox, workdir: str, base: str, paths: list[str], what: str) -> None:
+    """Put ``paths`` back to ``base``; the list travels as a file, never on a command line."""
     if paths:
-        await run_checked(sb, f"cd {q(workdir)}\n{restore_script(base, paths)}", what)
+        list_file = f"/tmp/car-restore-{secrets.token_hex(6)}.z"
+        await sb.write_file(list_file, path_list(paths), mode=0o600)
+        script = f"cd {q(workdir)}\n{restore_list_script(base, list_file)}rm -f {q(list_file)}\n"
+        await run_checked(sb, script, what)
 
 
 LIST_MARK = "CAR-LIST"

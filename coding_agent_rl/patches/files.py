@@ -4,6 +4,10 @@ Paths are read the way git writes them: ``rename from/to`` and ``---``/``+++`` l
 ``diff --git`` header as a fallback (binary and mode-only sections have nothing else), with git's
 C-style quoting (``"a/t\\303\\251st.py"``) undone. Protected-path patterns use gitignore-like
 globs: a pattern without ``/`` matches the file name at any depth, ``**`` spans directories.
+
+The agent writes every byte of a patch, so each function here is total: lines end at ``\n``
+only (as git reads them: a U+2028 or ``\r`` inside a file name is part of the name, never a line
+break), and a malformed quoted path or header is read as best it can be, never raised.
 """
 
 from __future__ import annotations
@@ -29,27 +33,52 @@ class FilePatch:
         return tuple(dict.fromkeys(p for p in (self.old_path, self.new_path) if p))
 
 
+def lines_of(text: str) -> list[str]:
+    """``text`` split after each ``\n`` only (``str.splitlines`` also splits on ``\r``, U+2028,
+    U+0085 ..., which git does not)."""
+    out = text.split("\n")
+    last = out.pop()
+    out = [ln + "\n" for ln in out]
+    if last:
+        out.append(last)
+    return out
+
+
 def _unquote(s: str) -> tuple[str, str]:
-    """Parse a C-quoted string at the start of ``s``; returns (value, rest)."""
-    assert s.startswith('"')
+    """Parse a C-quoted string at the start of ``s``; returns (value, rest). An unterminated
+    string is the rest of ``s`` (git never writes one; the agent may)."""
     out = bytearray()
     i = 1
     while i < len(s):
         c = s[i]
         if c == '"':
-            return out.decode("utf-8", "surrogateescape"), s[i + 1 :]
+            return _decode(bytes(out)), s[i + 1 :]
         if c == "\\" and i + 1 < len(s):
             n = s[i + 1]
             if n in "01234567" and re.match(r"[0-7]{3}", s[i + 1 : i + 4]):
                 out.append(int(s[i + 1 : i + 4], 8))
                 i += 4
                 continue
-            out.append(_ESCAPES.get(n, ord(n)))
+            out.extend(bytes([_ESCAPES[n]]) if n in _ESCAPES else _char_bytes(n))
             i += 2
             continue
-        out.extend(c.encode("utf-8", "surrogateescape"))
+        out.extend(_char_bytes(c))
         i += 1
-    raise ValueError(f"unterminated quoted path: {s[:80]!r}")
+    return _decode(bytes(out)), ""
+
+
+def _char_bytes(c: str) -> bytes:
+    try:
+        return c.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate that stands for no byte
+        return c.encode("utf-8", "surrogatepass")
+
+
+def _decode(data: bytes) -> str:
+    try:
+        return data.decode("utf-8", "surrogateescape")
+    except UnicodeDecodeError:  # lone surrogates spelled out: keep them as they came
+        return data.decode("utf-8", "surrogatepass")
 
 
 def _path_token(s: str) -> str | None:
@@ -91,7 +120,7 @@ def _git_header_paths(rest: str) -> tuple[str | None, str | None]:
 
 def split_patch(text: str) -> list[FilePatch]:
     """Split a patch into per-file sections (git format, or plain ``diff -u`` output)."""
-    lines = text.splitlines(keepends=True)
+    lines = lines_of(text)
     starts = [i for i, ln in enumerate(lines) if ln.startswith("diff --git ")]
     if not starts:  # plain unified diff: a section starts at a `---` line followed by `+++`
         starts = [
@@ -169,8 +198,14 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
     return re.compile(("" if anchored else "(?:.*/)?") + body + "(?:/.*)?\\Z", re.DOTALL)
 
 
+MAX_PATH = 4096  # PATH_MAX, in bytes: no file system takes a longer path
+
+
 def path_matches(path: str, patterns: Iterable[str]) -> bool:
-    """True when ``path`` (repository-relative) matches any pattern, or lies below one."""
+    """True when ``path`` (repository-relative) matches any pattern, or lies below one. A path
+    longer than :data:`MAX_PATH` matches (it cannot be written; matching it would be slow)."""
+    if len(path) > MAX_PATH or len(path.encode("utf-8", "surrogatepass")) > MAX_PATH:
+        return True
     path = re.sub(r"/{2,}", "/", path)
     while path.startswith("./"):
         path = path[2:]

@@ -197,6 +197,12 @@ class MetricTotals:
             ["backend"],
             registry=r,
         )
+        self.grader_errors = prom.Counter(
+            "coding_agent_rl_grader_errors",
+            "rollouts whose input made the grader raise (scored as the model's), by stage",
+            ["stage"],
+            registry=r,
+        )
         self._teardowns_seen: Counter[str] = Counter(TEARDOWN_FAILURES)  # before this run
 
     def add(self, record: dict[str, Any]) -> None:
@@ -205,6 +211,8 @@ class MetricTotals:
             record.get("failure_kind") or ("solved" if reward >= 1.0 else "unsolved")
         ).inc()
         self.reward.observe(reward)
+        if isinstance(error := record.get("grader_error"), dict):
+            self.grader_errors.labels(str(error.get("stage"))[:40]).inc()
         metrics = record.get("metrics") or {}
         for name in self.COUNTERS:
             self.counters[name].inc(metrics.get(name) or 0)
@@ -239,6 +247,8 @@ def summarize(records: Iterable[dict[str, Any]], **info: Any) -> dict[str, Any]:
     ``mean_reward`` is over the *graded* rollouts only (``None`` when there are none): an
     infrastructure failure is not a reward of 0. ``infra_failures`` counts those separately,
     ``infra_by_stage`` by the component that failed, and ``first_infra_reason`` shows the first.
+    ``grader_errors`` counts rollouts whose input made the grader raise (scored as the model's,
+    see grading/grade.py), ``grader_errors_by_stage`` by grading stage.
     """
     results = list(records)
     total = len(results)
@@ -264,6 +274,12 @@ def summarize(records: Iterable[dict[str, Any]], **info: Any) -> dict[str, Any]:
         "infra_by_stage": dict(Counter(r.get("infra_stage") or "unknown" for r in infra)),
         "first_infra_reason": infra[0].get("abort_reason") if infra else None,
         "tampering": sum(1 for r in results if r.get("tampering")),
+        "grader_errors": sum(1 for r in results if r.get("grader_error")),
+        "grader_errors_by_stage": dict(
+            Counter(
+                str(e.get("stage")) for r in results if isinstance(e := r.get("grader_error"), dict)
+            )
+        ),
         "rollouts_by_node": dict(Counter(r["node"] for r in results if r.get("node"))),
         "failures_by_kind": dict(kinds),
         "timings_p50": p50,
