@@ -1,7 +1,13 @@
 """Which tamper defences grading applies, and how each row's result is obtained.
 
-Production grades with every defence on (the defaults); only ``tamper_policy`` is a user choice
-(``--tamper-policy zero|flag``). The switches exist so that tests can turn one layer off and show
+Production grades with every defence on (the defaults); the user's choices are ``tamper_policy``
+(``--tamper-policy zero|flag``), ``twin`` (``--twin-grade``: two gradings in fresh sandboxes with
+independent blinding and canaries, whose hidden-test outcomes must agree; off by default because
+it doubles the grading sandboxes, recommended for evaluation) and ``tamper_reward``
+(``--tamper-reward``: the reward of any result with tampering evidence; 0 by default, -1 makes a
+forging strategy's expected reward negative: a selective forger caught with probability ``p``
+per attempt expects at most ``(1 - p) - p``, below 0 once ``p > 1/2``, and ``p >= 2/3`` per
+fail-to-pass test with two copies). The switches exist so that tests can turn one layer off and show
 that the attack it stops then succeeds, and so that the grading benchmark can compare with none.
 
 ``result_method``: ``plugin`` when the row's tests run under pytest (no ``test_cmd``, or one that
@@ -34,6 +40,11 @@ _PYTEST = re.compile(
 class Defences:
     plugin: bool = True  # result channel + exit-status agreement (pytest rows)
     canaries: bool = True  # generated must-fail / must-pass tests among the hidden ones
+    blinding: bool = True  # random test names and order, same-type canary copies (False: the
+    # previous canaries: named after their test, appended, ``(expected, <int>)``)
+    canary_copies: int = 2  # must-fail copies per fail-to-pass test
+    twin: bool = False  # grade twice in fresh sandboxes; hidden-test outcomes must agree
+    tamper_reward: float = 0.0  # the reward of a result with tampering evidence
     safe_path: bool = True  # PYTHONSAFEPATH: no working directory on sys.path (plugin rows)
     new_files: bool = True  # drop new test modules and new modules that shadow others
     fresh_control: bool = True  # control runs in a fresh sandbox, never where the agent ran
@@ -52,6 +63,7 @@ class Defences:
 ROUND_1 = Defences(
     plugin=False,
     canaries=False,
+    blinding=False,
     safe_path=False,
     new_files=False,
     fresh_control=False,

@@ -18,7 +18,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from coding_agent_rl.datasets.logparse import canonical_id
-from coding_agent_rl.grading.canaries import Canary, check_canaries
+from coding_agent_rl.grading.canaries import Blinding, Canary, check_canaries
 from coding_agent_rl.grading.channel import exit_status_problem, read_records
 
 if TYPE_CHECKING:
@@ -37,8 +37,15 @@ class Verdict:
 
 
 def plugin_verdict(
-    row: TaskRow, run: TestRun, key: bytes, canaries: tuple[Canary, ...], timeout: float
+    row: TaskRow,
+    run: TestRun,
+    key: bytes,
+    canaries: tuple[Canary, ...],
+    timeout: float,
+    blinding: Blinding | None = None,
 ) -> Verdict:
+    """The verdict on one plugin-graded run; ``blinding`` maps the run's (blinded) test ids
+    back to the task's."""
     v = Verdict()
     chan = run.channel
     if chan is None or not chan.exists:
@@ -70,10 +77,13 @@ def plugin_verdict(
         outside = [t for t in records.collected or [] if t.split("::", 1)[0] not in files]
         if outside:
             v.evidence.append(f"a test outside the declared files was collected: {outside[0]}")
-    v.evidence += check_canaries(list(canaries), records.tests, whole_files=row.test_cmd is None)
+    tests = records.tests
+    if blinding is not None:
+        tests = {blinding.original(t): s for t, s in tests.items()}
+    v.evidence += check_canaries(list(canaries), tests, whole_files=row.test_cmd is None)
     v.statuses = {
         canonical_id(row.log_parser, t): s
-        for t, s in records.tests.items()
+        for t, s in tests.items()
         if not any(c.owns(t) for c in canaries)
     }
     return v

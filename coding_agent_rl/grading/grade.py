@@ -50,6 +50,7 @@ that code left behind (files in HOME, a broken workdir) can make it fail.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import shlex
 import time
@@ -78,6 +79,7 @@ from coding_agent_rl.grading.protect import protected_patterns
 from coding_agent_rl.grading.protocols import Graded, run_eval, run_harbor, run_tests
 from coding_agent_rl.grading.result import GradeResult, cap_log, fail
 from coding_agent_rl.grading.screen import screened_files
+from coding_agent_rl.grading.twin import apply_tamper_reward, combine
 from coding_agent_rl.grading.workspace import (
     WorkspaceError,
     parse_list,
@@ -107,6 +109,7 @@ async def grade(
     extra_protected: tuple[str, ...] = (),
     sandbox: GradingSandbox | None = None,
     defences: Defences | None = None,
+    twin: bool | None = None,
 ) -> GradeResult:
     """Grade ``diff`` for ``row``; never raises for a per-sample failure (see ``failure_kind``).
 
@@ -115,8 +118,21 @@ async def grade(
     ``sandbox``: a :class:`GradingSandbox` for ``row`` prepared ahead (``backend``,
     ``sandbox_options`` and ``defences`` are then its own); it grades this one diff, and its
     owner destroys it (``async with`` / ``close()``), so that teardown can leave the caller's
-    critical path. ``defences``: all on by default (see :class:`Defences`).
+    critical path. ``defences``: all on by default (see :class:`Defences`). ``twin``: grade
+    twice (None: as ``defences.twin`` says; see twin.py).
     """
+    chosen = (sandbox.defences if sandbox is not None else defences) or Defences()
+    if twin if twin is not None else chosen.twin:
+        once: dict[str, Any] = dict(backend=backend, sandbox_options=sandbox_options)
+        once.update(timeout=timeout)
+        once.update(allow_empty=allow_empty, max_diff_bytes=max_diff_bytes, twin=False)
+        once.update(extra_protected=extra_protected, defences=chosen)
+        if sandbox is not None:
+            once.update(backend=sandbox.backend, sandbox_options=sandbox.sandbox_options)
+        pair = await asyncio.gather(
+            grade(row, diff, **{**once, "sandbox": sandbox}), grade(row, diff, **once)
+        )
+        return apply_tamper_reward(combine(*pair), chosen)
     if sandbox is not None:
         if sandbox.row.instance_id != row.instance_id or sandbox.used:
             raise ValueError("a GradingSandbox grades one diff of its own row")
@@ -150,7 +166,7 @@ async def grade(
         _unexpected(row, result, e)
     result.cap()
     result.duration_s = round(time.monotonic() - t0, 3)
-    return result
+    return apply_tamper_reward(result, defences)
 
 
 AGENT_STAGES = ("diff", "apply", "screen", "reset", "tests")
@@ -244,6 +260,7 @@ async def _grade_in(
     sb, runner, before = prepared.sb, prepared.runner, prepared.before
     result.result_method = prepared.method
     result.canaries = len(prepared.canaries)
+    result.blinding = prepared.blinding.record() if prepared.canaries else None
     agent_paths: list[str] = []
     reset = False
     if kept.strip():

@@ -3,8 +3,8 @@
 Everything grading does before it needs the diff depends on the row alone: create the sandbox from
 the task's image with the network off, run ``pre_commands``, snapshot the base commit, set up the
 unprivileged test user, upload the hidden test patch, and — for plugin-graded rows — read the
-hidden test files as they will be (base + test patch), derive this run's canaries from them, and
-stage the test files with the canaries in place, the grader's plugin and the run's key
+hidden test files as they will be (base + test patch), blind them and derive this run's canaries
+(canaries.py: fresh random test names, shuffled definitions), and stage those test files, the grader's plugin and the run's key
 (:mod:`coding_agent_rl.grading.channel`). :class:`GradingSandbox` starts that in the background
 (e.g. while the agent runs) and hands the result to ``grade(..., sandbox=...)``, which takes only
 the diff from the agent's side.
@@ -38,7 +38,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from coding_agent_rl.grading import channel
-from coding_agent_rl.grading.canaries import Canary, plan_canaries
+from coding_agent_rl.grading.canaries import Blinding, Canary, plan_canaries
+from coding_agent_rl.grading.canaries_legacy import legacy_plan
 from coding_agent_rl.grading.defences import Defences, result_method
 from coding_agent_rl.grading.runner import TEST_UID, TestRunner
 from coding_agent_rl.grading.workspace import (
@@ -101,6 +102,7 @@ class Prepared:
     key: bytes = b""
     canaries: tuple[Canary, ...] = ()
     staged: tuple[str, ...] = ()  # test files replaced by their canary-bearing copies
+    blinding: Blinding = dataclasses.field(default_factory=Blinding)  # blinded -> task's names
 
     @property
     def before_file(self) -> str:
@@ -231,16 +233,21 @@ async def prepare_grading(sb: Sandbox, row: TaskRow, defences: Defences | None =
     if method == "plugin":
         members[runner.key_path] = (prepared.key, 0o600)
     if want_view:
-        plan = plan_canaries(
-            _read_view(r.stdout.partition("CAR-LIST\n")[0], row),
-            row.fail_to_pass,
-            row.pass_to_pass,
-        )
+        view = _read_view(r.stdout.partition("CAR-LIST\n")[0], row)
+        if defences.blinding:
+            plan = plan_canaries(
+                view, row.fail_to_pass, row.pass_to_pass, copies=defences.canary_copies
+            )
+        else:
+            plan = legacy_plan(view, row.fail_to_pass, row.pass_to_pass)
         for path, text in plan.files.items():
             data = text.encode("utf-8", "surrogateescape")
             members[f"{runner.dir}/staged/{path}"] = (data, 0o600)
         prepared = dataclasses.replace(
-            prepared, canaries=tuple(plan.canaries), staged=tuple(plan.files)
+            prepared,
+            canaries=tuple(plan.canaries),
+            staged=tuple(plan.files),
+            blinding=plan.blinding,
         )
     await sb.write_file(f"{runner.dir}/bundle.tar", _bundle(members), mode=0o600)
     return prepared

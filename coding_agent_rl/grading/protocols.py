@@ -148,7 +148,9 @@ async def _run_plugin(g: Graded) -> None:
     assert g.prepared is not None
     run = await g.run_plugin(g.row.test_cmd or default_test_cmd(g.row))
     g.record(run)
-    v = plugin_verdict(g.row, run, g.prepared.key, g.prepared.canaries, g.timeout)
+    v = plugin_verdict(
+        g.row, run, g.prepared.key, g.prepared.canaries, g.timeout, g.prepared.blinding
+    )
     g.result.protected_paths_touched += [
         p for p in v.removed if p not in g.result.protected_paths_touched
     ]
@@ -165,7 +167,7 @@ async def _run_plugin(g: Graded) -> None:
 async def _plugin_works(g: Graded) -> bool:
     assert g.prepared is not None
     run = await g.run_plugin(g.row.test_cmd or default_test_cmd(g.row))
-    v = plugin_verdict(g.row, run, g.prepared.key, (), g.timeout)
+    v = plugin_verdict(g.row, run, g.prepared.key, (), g.timeout, g.prepared.blinding)
     return not v.ambiguous and not v.evidence
 
 

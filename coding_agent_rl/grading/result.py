@@ -87,6 +87,8 @@ class GradeResult:
     screen_findings: list[str] = dataclasses.field(default_factory=list)
     screen_skipped: list[str] = dataclasses.field(default_factory=list)  # too large to screen
     canaries: int = 0  # canary tests added to this run
+    blinding: dict[str, Any] | None = None  # tests blinded, files and tests it fell short on
+    twin: str | None = None  # --twin-grade: whether the second grading agreed
     control: str | None = None  # whether and where a control run gave a result
     screen_findings_total: int = 0  # before the cap
     tampering_total: int = 0  # before the cap
@@ -123,6 +125,8 @@ class GradeResult:
             "tampering": self.tampering,
             "screen_findings": self.screen_findings,
             "canaries": self.canaries,
+            "blinding": self.blinding,
+            "twin": self.twin,
             "control": self.control,
             "screen_findings_total": self.screen_findings_total,
             "tampering_total": self.tampering_total,

@@ -80,7 +80,9 @@ async def one_task(row: Any, *, backend: str, options: dict[str, Any], repeat: i
         async def defended() -> float:
             t = time.monotonic()
             run = await g.run_plugin(cmd)
-            verdict = plugin_verdict(row, run, prepared.key, prepared.canaries, g.timeout)
+            verdict = plugin_verdict(
+                row, run, prepared.key, prepared.canaries, g.timeout, prepared.blinding
+            )
             assert verdict.statuses and not verdict.evidence and not verdict.ambiguous, verdict
             return time.monotonic() - t
 
