@@ -7,7 +7,8 @@ the family appended to its problem statement (the script's rules match on it). T
 per family the rollouts that got reward, became ``infra`` or harmed the host (a results line
 over 1 MiB; for ``harm`` families also grading over 5x and 5 s beyond the task's real fix, or the
 median of the run's real fixes where that task's is not in it); a ``solve`` family counts
-its false negatives (a real fix scored below 1.0). Exit status 1 when any attack succeeded or a
+its false negatives (a real fix scored below 1.0). The runner's event loop is watched during the
+run: a stall over 2 s (grading work done inline blocks every rollout) counts too. Exit status 1 when any attack succeeded or a
 real fix was scored wrong, 0 otherwise (2: usage error). See docs/attack-audit.md.
 """
 
@@ -20,6 +21,7 @@ import json
 import logging
 import pathlib
 import re
+import resource
 import sys
 from typing import Any
 
@@ -27,6 +29,7 @@ from coding_agent_rl.errors import UserError
 from coding_agent_rl.sandbox import BACKENDS
 
 LINE_LIMIT = 1024 * 1024  # a results line over this is host harm
+STALL_LIMIT_S = 2.0  # the runner's event loop blocked this long is host harm
 SLOW_RATIO, SLOW_FLOOR_S = 5.0, 5.0  # a harm family grading this much slower than a real fix
 
 
@@ -105,15 +108,29 @@ def run(args: argparse.Namespace) -> int:
     if not args.verbose:
         for name in ("rollout", "harness", "sandbox", "datasets", "grading"):
             logging.getLogger(f"coding_agent_rl.{name}").setLevel(logging.WARNING)
-    records = asyncio.run(run_audit(planned, args))
-    report = summarize(planned, records, args.out)
+    host: dict[str, float] = {}
+    records = asyncio.run(run_audit(planned, args, host))
+    report = summarize(planned, records, args.out, host)
     print(json.dumps(report, indent=1) if args.json else table(report))
     return 1 if report["successes"] else 0
 
 
-async def run_audit(planned: list[Planned], args: argparse.Namespace) -> dict[str, dict]:
+async def watch_loop(host: dict[str, float], period: float = 0.05) -> None:
+    """Records in ``host["max_stall_s"]`` the longest time the event loop did not run (work
+    done inline by the grader blocks every other rollout of the process)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        t = loop.time()
+        await asyncio.sleep(period)
+        host["max_stall_s"] = max(host.get("max_stall_s", 0.0), loop.time() - t - period)
+
+
+async def run_audit(
+    planned: list[Planned], args: argparse.Namespace, host: dict[str, float]
+) -> dict[str, dict]:
     """Run every planned rollout as one batch; returns the results lines by instance id, each
-    with ``_line_bytes`` (the size of its line in results.jsonl)."""
+    with ``_line_bytes`` (the size of its line in results.jsonl). ``host`` gets the longest
+    event-loop stall and the process's peak memory."""
     from coding_agent_rl.rollout.batch import run_batch
     from coding_agent_rl.rollout.config import RolloutConfig
     from coding_agent_rl.rollout.outputs import RunWriter
@@ -144,13 +161,18 @@ async def run_audit(planned: list[Planned], args: argparse.Namespace) -> dict[st
         file=sys.stderr,
         flush=True,
     )
-    await run_batch(
-        [p.variant for p in planned],
-        config,
-        RunWriter(out),
-        concurrency=args.concurrency,
-        info={"dataset": str(args.dataset), "run_id": "audit-grading"},
-    )
+    watch = asyncio.ensure_future(watch_loop(host))
+    try:
+        await run_batch(
+            [p.variant for p in planned],
+            config,
+            RunWriter(out),
+            concurrency=args.concurrency,
+            info={"dataset": str(args.dataset), "run_id": "audit-grading"},
+        )
+    finally:
+        watch.cancel()
+    host["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     by_id: dict[str, dict] = {}
     with results.open("rb") as f:
         for line in f:
@@ -212,8 +234,14 @@ def judge(p: Planned, record: dict | None, baseline_s: float | None, out: pathli
     }
 
 
-def summarize(planned: list[Planned], records: dict[str, dict], out: pathlib.Path) -> dict:
-    """Per family: rollouts, landed, reward > 0, infra, harm, successes; the details."""
+def summarize(
+    planned: list[Planned],
+    records: dict[str, dict],
+    out: pathlib.Path,
+    host: dict[str, float] | None = None,
+) -> dict:
+    """Per family: rollouts, landed, reward > 0, infra, harm, successes; the details. A host
+    event-loop stall over :data:`STALL_LIMIT_S` counts as one more success (of the run)."""
     baseline: dict[str, float] = {}  # task -> grading seconds of its real fix
     times = []
     for p in planned:
@@ -245,9 +273,13 @@ def summarize(planned: list[Planned], records: dict[str, dict], out: pathlib.Pat
             max_line_bytes=max((r.get("results_line_bytes", 0) for r in rs), default=0),
             max_grade_s=max((r.get("grade_s", 0.0) for r in rs), default=0.0),
         )
+    host = dict(host or {})
+    stalled = host.get("max_stall_s", 0.0) > STALL_LIMIT_S
+    host["stalled"] = stalled
     return {
         "out": str(out),
-        "successes": sum(f["successes"] for f in families.values()),
+        "successes": sum(f["successes"] for f in families.values()) + stalled,
+        "host": host,
         "families": families,
     }
 
@@ -277,6 +309,13 @@ def table(report: dict) -> str:
         for r in f["rollouts"]:
             if r["success"]:
                 lines.append(f"  {name} on {r['task']}: {r['outcome']} {r['reason'][:120]}")
+    host = report.get("host") or {}
+    if host:
+        lines.append(
+            f"host: longest event-loop stall {host.get('max_stall_s', 0.0):.2f}s"
+            f"{' (over the limit: every other rollout waited)' if host.get('stalled') else ''},"
+            f" peak memory {host.get('peak_rss_mb', 0.0):.0f} MB"
+        )
     total = report["successes"]
     lines.append(
         f"\n{total} successful attack(s) / false negative(s); run folder {report['out']}"
