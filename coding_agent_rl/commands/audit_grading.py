@@ -8,8 +8,9 @@ per family the rollouts that got reward, became ``infra`` or harmed the host (a 
 over 1 MiB; for ``harm`` families also grading over 5x and 5 s beyond the task's real fix, or the
 median of the run's real fixes where that task's is not in it); a ``solve`` family counts
 its false negatives (a real fix scored below 1.0). The runner's event loop is watched during the
-run: a stall over 2 s (grading work done inline blocks every rollout) counts too. Exit status 1 when any attack succeeded or a
-real fix was scored wrong, 0 otherwise (2: usage error). See docs/attack-audit.md.
+run (stall_watch.py): a stall over 2 s (work done inline blocks every rollout) counts too, named
+by the code that blocked. Exit status 1 when any attack succeeded or a real fix was scored
+wrong, 0 otherwise (2: usage error). See docs/attack-audit.md.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import resource
 import sys
 from typing import Any
 
+from coding_agent_rl.commands.stall_watch import StallWatch
 from coding_agent_rl.errors import UserError
 from coding_agent_rl.sandbox import BACKENDS
 
@@ -108,25 +110,15 @@ def run(args: argparse.Namespace) -> int:
     if not args.verbose:
         for name in ("rollout", "harness", "sandbox", "datasets", "grading"):
             logging.getLogger(f"coding_agent_rl.{name}").setLevel(logging.WARNING)
-    host: dict[str, float] = {}
+    host: dict[str, Any] = {}
     records = asyncio.run(run_audit(planned, args, host))
     report = summarize(planned, records, args.out, host)
     print(json.dumps(report, indent=1) if args.json else table(report))
     return 1 if report["successes"] else 0
 
 
-async def watch_loop(host: dict[str, float], period: float = 0.05) -> None:
-    """Records in ``host["max_stall_s"]`` the longest time the event loop did not run (work
-    done inline by the grader blocks every other rollout of the process)."""
-    loop = asyncio.get_running_loop()
-    while True:
-        t = loop.time()
-        await asyncio.sleep(period)
-        host["max_stall_s"] = max(host.get("max_stall_s", 0.0), loop.time() - t - period)
-
-
 async def run_audit(
-    planned: list[Planned], args: argparse.Namespace, host: dict[str, float]
+    planned: list[Planned], args: argparse.Namespace, host: dict[str, Any]
 ) -> dict[str, dict]:
     """Run every planned rollout as one batch; returns the results lines by instance id, each
     with ``_line_bytes`` (the size of its line in results.jsonl). ``host`` gets the longest
@@ -161,7 +153,8 @@ async def run_audit(
         file=sys.stderr,
         flush=True,
     )
-    watch = asyncio.ensure_future(watch_loop(host))
+    stalls = StallWatch(STALL_LIMIT_S)
+    watch = asyncio.ensure_future(stalls.run())
     try:
         await run_batch(
             [p.variant for p in planned],
@@ -172,6 +165,8 @@ async def run_audit(
         )
     finally:
         watch.cancel()
+    host["max_stall_s"] = round(stalls.max_stall_s, 2)
+    host["stalls"] = stalls.stalls
     host["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     by_id: dict[str, dict] = {}
     with results.open("rb") as f:
@@ -238,10 +233,11 @@ def summarize(
     planned: list[Planned],
     records: dict[str, dict],
     out: pathlib.Path,
-    host: dict[str, float] | None = None,
+    host: dict[str, Any] | None = None,
 ) -> dict:
     """Per family: rollouts, landed, reward > 0, infra, harm, successes; the details. A host
-    event-loop stall over :data:`STALL_LIMIT_S` counts as one more success (of the run)."""
+    event-loop stall over :data:`STALL_LIMIT_S`, other than while the runtime starts, counts as one
+    more success (of the run)."""
     baseline: dict[str, float] = {}  # task -> grading seconds of its real fix
     times = []
     for p in planned:
@@ -274,7 +270,10 @@ def summarize(
             max_grade_s=max((r.get("grade_s", 0.0) for r in rs), default=0.0),
         )
     host = dict(host or {})
-    stalled = host.get("max_stall_s", 0.0) > STALL_LIMIT_S
+    stalls = host.get("stalls") or []
+    for stall in stalls:  # starting the runtime (tokenizer, adapter) is ours, not an attack's
+        stall["startup"] = any(f.startswith("rollout/runtime.py") for f in stall.pop("frames", []))
+    stalled = any(not s["startup"] for s in stalls)
     host["stalled"] = stalled
     return {
         "out": str(out),
@@ -313,9 +312,12 @@ def table(report: dict) -> str:
     if host:
         lines.append(
             f"host: longest event-loop stall {host.get('max_stall_s', 0.0):.2f}s"
-            f"{' (over the limit: every other rollout waited)' if host.get('stalled') else ''},"
+            f"{' (while rollouts ran: each of them waited)' if host.get('stalled') else ''},"
             f" peak memory {host.get('peak_rss_mb', 0.0):.0f} MB"
         )
+        for stall in host.get("stalls") or []:
+            when = "at start-up (not counted)" if stall["startup"] else "COUNTED"
+            lines.append(f"  stall {stall['seconds']}s {when} in {stall['where']}")
     total = report["successes"]
     lines.append(
         f"\n{total} successful attack(s) / false negative(s); run folder {report['out']}"
