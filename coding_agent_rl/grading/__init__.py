@@ -35,6 +35,13 @@ and the canaries make costly, not impossible). Rows whose ``test_cmd`` is not py
 from their log (``result_method: log``): the screen, the new-module rule and fresh control runs
 apply, the channel and canaries do not. The disk a diff may fill is bounded here on the host;
 the grading sandbox's own disk quota comes from the sandbox layer (issue R2-2).
+
+Robustness (docs/grading.md): every parser of agent input is total (patch paths split at ``\n``
+only, malformed channel records are evidence, logs parse to fewer results); an unexpected
+exception in a stage that handles agent input is the model's, with ``grader_error`` recorded
+(grade.py). The screen runs off the event loop in a memory- and CPU-limited worker, its findings
+capped; the diff capture ignores the repository's ``.gitattributes``; path lists travel as files,
+never argv; the new-module rule also runs on the test process's configured ``sys.path``.
 """
 
 from coding_agent_rl.grading.diff import CapturedDiff, DiffCaptureError, capture_diff

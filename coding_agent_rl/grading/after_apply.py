@@ -107,7 +107,7 @@ def after_apply_script(
         script += EMIT + "".join(
             emit_command(f"CAR-SRC:{i}", path, per_file, "head") for i, path in enumerate(screened)
         )
-    names = patch_paths(kept)
+    names = [n for n in patch_paths(kept) if "\0" not in n]  # no file has one: not an argument
     words = " ".join(q(n) for n in names)
     if len(words) <= _INLINE_NAMES_BYTES and not any(path_matches(n, patterns) for n in names):
         reset = prepared.reset_script(row, [])

@@ -287,7 +287,7 @@ async def _grade_in(
         result.apply_method = outcome.method
         head, _, _ = outcome.then_output.partition(f"{LIST_MARK}\n")
         agent_paths = sorted(parse_list(outcome.then_output) - before)
-        reset = RESET_MARK in head.splitlines()
+        reset = RESET_MARK in head.split("\n")  # not splitlines: a path may hold U+2028
         record_drops(result, head)
         result.stage = "screen"
         await screen_post_images(result, head, sources, defences)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import pathlib
 import shlex
 import xml.etree.ElementTree as ET
@@ -285,12 +286,11 @@ async def _harbor_reward(sb: Sandbox) -> float | None:
         if r.exit_code != 0:
             continue
         try:
-            if name == "reward.txt":
-                return float(r.stdout.strip())
-            value = json.loads(r.stdout)
+            value: Any = r.stdout.strip() if name == "reward.txt" else json.loads(r.stdout)
             if isinstance(value, dict):
                 value = value.get("reward", next(iter(value.values())) if len(value) == 1 else None)
-            return float(value)
-        except (ValueError, TypeError):
+            reward = float(value)
+        except (ValueError, TypeError, RecursionError):
             return None
+        return reward if math.isfinite(reward) else None  # "nan" would clamp to 1.0
     return None

@@ -91,6 +91,7 @@ class Added:
 
 _HUNK = re.compile(r"^@@ -[0-9]+(?:,[0-9]+)? \+([0-9]{1,9})(?:,[0-9]+)? @@")
 _AST_BREAK = re.compile(r"\r\n|\r|\n")
+_FRAMEWORK_TEXT = re.compile(r"\b(?:_pytest|pluggy|pluginmanager|hookimpl|def\s+pytest_\w+)\b")
 MAX_FINDINGS = 100  # kept per file (all are counted)
 MAX_WHAT = 200  # characters of one finding's text
 
@@ -113,8 +114,8 @@ def screened_files(patch: str) -> dict[str, Added]:
     out: dict[str, Added] = {}
     for fp in split_patch(patch):
         path = fp.new_path
-        if not path or not path.endswith(".py") or is_test_path(path):
-            continue
+        if not path or not path.endswith(".py") or is_test_path(path) or "\0" in path:
+            continue  # (no file name holds a NUL: it cannot be read back either)
         added = out.setdefault(path, Added(whole=fp.old_path is None))
         line = 0
         for raw in lines_of(fp.text):
@@ -274,8 +275,9 @@ class _Screen(ast.NodeVisitor):
 
 
 def screen_source(path: str, source: str, added: Added) -> list[Finding]:
-    """Findings in one file (none when it does not parse: it cannot run either; a finding when
-    the parser gives up on its depth or size, which a newer interpreter might not)."""
+    """Findings in one file. One that does not parse here (a newer interpreter might run it) is
+    searched for the framework names as text; a finding when the parser gives up on its depth
+    or size."""
     return _screen_one(path, source, added)[0]
 
 
@@ -283,7 +285,13 @@ def _screen_one(path: str, source: str, added: Added) -> tuple[list[Finding], in
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
-        return [], 0
+        # It may still run under a newer interpreter than ours: the framework names, by text.
+        hit = _FRAMEWORK_TEXT.search(source)
+        if hit is None or set(path.split("/")) & {"_pytest", "pytest", "pluggy"}:
+            return [], 0
+        line = len(ast_lines(source[: hit.start()]))
+        what = f"does not parse here and names {hit.group(0)[:40]!r}"
+        return [Finding(path[:300], line, what)], 1
     except (RecursionError, MemoryError) as e:
         return [Finding(path[:300], 0, f"cannot be screened ({type(e).__name__})")], 1
     screen = _Screen(path, source, added)

@@ -234,3 +234,29 @@ def test_deep_code_is_screened(depth, op):
         ["cannot be screened (RecursionError)"],
         ["cannot be screened (MemoryError)"],
     )
+
+
+@FUZZ
+@given(st.lists(segment.filter(lambda s: s not in ("", ".", "..")), min_size=1, max_size=5))
+def test_the_new_module_rule_is_total(names):
+    """The rule runs on whatever names the agent's files have (in the sandbox, as root)."""
+    import os
+    import tempfile
+
+    from coding_agent_rl.grading import pytest_plugin as plugin
+
+    with tempfile.TemporaryDirectory() as wd:
+        rels = []
+        for i, name in enumerate(names):
+            rel = f"src/{name}{i}.py" if i % 2 else f"{name}{i}"
+            try:
+                os.makedirs(os.path.dirname(os.path.join(wd, rel)), exist_ok=True)
+                with open(os.path.join(wd, rel).encode("utf-8", "surrogateescape"), "w") as f:
+                    f.write("x = 1\n")
+            except (OSError, ValueError):
+                continue
+            rels.append(rel)
+        extra = plugin.path_roots(wd, [os.path.join(wd, "src"), "/usr/lib", ""])
+        assert extra == [os.path.join(wd, "src")]
+        found = plugin.offending_new_files(wd, rels, ["tests/test_x.py"], {"os"}, extra)
+        assert {rel for rel, _ in found} <= set(rels)

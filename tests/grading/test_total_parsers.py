@@ -178,3 +178,15 @@ def test_test_logs_and_reports_parse_to_fewer_results():
     assert parse_junit(bomb) == {}  # expat refuses the entity expansion
     log = "= short test summary info =\nPASSED \u2028\nFAILED t::a" + "[" * 10000 + " - x\n"
     assert parse_log("pytest", log) == {"t::a" + "[" * 10000 + " - x": "FAILED"}
+
+
+def test_code_our_parser_cannot_read_is_searched_as_text():
+    """Syntax newer than the host's interpreter (3.12's ``type`` statement, under 3.11) may run
+    in the task image: the framework names are found in its text."""
+    newer = "type Alias = int\nimport _pytest.python as p\n"
+    got = [str(f) for f in screen_source("pkg/m.py", newer, Added(whole=True))]
+    assert got in (
+        ["pkg/m.py:2: does not parse here and names '_pytest'"],
+        ["pkg/m.py:2: imports test-framework internals (_pytest.python)"],  # a newer host
+    )
+    assert screen_source("pkg/m.py", "def f(:\n    return 1\n", Added(whole=True)) == []
