@@ -87,6 +87,8 @@ def runtime_config_from_args(args: Any, conf: Settings | None = None) -> Any:
         model_name=conf.model_name,
         out_dir=conf.out_dir,
         tamper_policy=conf.tamper_policy,
+        twin_grade=conf.twin_grade,
+        tamper_reward=conf.tamper_reward,
         agent_network=conf.agent_network,
         prompt_template=conf.prompt_template,
     )

@@ -112,6 +112,11 @@ class Settings(BaseSettings):
     """full (every segment gets the reward) | split (reward / K)."""
     tamper_policy: Literal["zero", "flag"] = Field("zero", validation_alias=_env("TAMPER_POLICY"))
     """What a static tamper-screen finding does: zero (scores 0) | flag (recorded only)."""
+    twin_grade: bool = Field(False, validation_alias=_env("TWIN_GRADE"))
+    """Grade every diff twice, in fresh sandboxes with independent blinding and canaries; hidden-test
+    outcomes that disagree are tampering (doubles grading sandboxes; recommended for evaluation)."""
+    tamper_reward: float = Field(0.0, validation_alias=_env("TAMPER_REWARD"))
+    """The reward of a result with tampering evidence; -1 makes forging lose in expectation."""
     model_name: str = Field("policy", validation_alias=_env("MODEL_NAME"))
     """The model name the agent CLI is told to use (passed verbatim)."""
     prompt_template: str | None = Field(None, validation_alias=_env("PROMPT", "SWE_CC_PROMPT"))

@@ -95,6 +95,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="static tamper screen findings: zero the reward (default) or only record them",
     )
     p.add_argument(
+        "--twin-grade",
+        action="store_true",
+        help="grade every diff twice in fresh sandboxes with independent blinding and canaries; "
+        "hidden-test outcomes that disagree are tampering (recommended for evaluation)",
+    )
+    p.add_argument(
+        "--tamper-reward",
+        type=float,
+        default=0.0,
+        metavar="R",
+        help="reward of a result with tampering evidence (default 0; -1 makes a forging "
+        "strategy's expected reward negative)",
+    )
+    p.add_argument(
         "--vision",
         metavar="DIR",
         help="a VLM checkpoint whose image processor expands images (default: the hf: policy's "
@@ -172,6 +186,8 @@ def build_config(args: argparse.Namespace):
             max_turns=args.max_turns,
             out_dir=args.out,
             tamper_policy=args.tamper_policy,
+            twin_grade=args.twin_grade,
+            tamper_reward=args.tamper_reward,
             agent_network=args.agent_network,
         ),
     )
@@ -278,7 +294,16 @@ def run(args: argparse.Namespace) -> int:
                 executor=executor,
             )
         )
-    keys = ("total", "graded", "solved", "mean_reward", "infra_failures", "failures_by_kind")
+    keys = (
+        "total",
+        "graded",
+        "solved",
+        "mean_reward",
+        "infra_failures",
+        "failures_by_kind",
+        "tampering",
+        "tampering_by_kind",
+    )
     print(json.dumps({k: summary[k] for k in keys}))
     return all_infra_exit(summary)
 

@@ -22,16 +22,27 @@ result channel              our plugin, loaded before repository code, reports e
                             a final record over an inherited descriptor, HMAC-chained with a
                             per-run key the tests never see (pytest_plugin, channel)
 exit-status agreement       pytest's real exit status must match the records (channel)
-canaries                    generated must-fail / must-pass tests among the hidden ones
+blinding                    every hidden test and canary runs under a fresh random name, in
+                            shuffled order; the record maps names back (blinding, canaries)
+canaries                    per fail-to-pass test, copies whose expected value is another of
+                            the same type on a line with the original (perturb); must-pass one
 static screen               _pytest, hooks, os._exit, atexit, gc.get_objects, ... (screen)
 fresh-sandbox control runs  ambiguous failures re-run without the agent, never where its
                             code ran (protocols)
+twin grading                ``--twin-grade``: graded twice, independent blinding; outcomes
+                            must agree (twin)
+tamper reward               ``--tamper-reward``: the reward of any result with evidence
 ==========================  =============================================================
 
 What remains possible, and why: code in the test process can in principle read the key from
-memory and sign records, or read the test files to tell canaries from hidden tests and forge only
-the latter; doing so needs deliberate introspection of our plugin (which the screen's patterns
-and the canaries make costly, not impossible). Rows whose ``test_cmd`` is not pytest are graded
+memory and sign records, or forge selected outcomes. Blinding makes selection a guess: a hidden
+test and its copies differ only in an expected value on an evenly spaced line with the original
+at a uniformly random place, so a forger that does not know the right value picks the original
+with probability 1/3 per fail-to-pass test and is caught otherwise (with ``--tamper-reward -1``
+forging loses in expectation). What it cannot stop: a forger that knows or guesses the right
+value from its meaning (which is most of solving the task), tests without a literal expected
+value (no copies; listed in ``blinding.unperturbed``), and files that cannot be rewritten safely
+(``blinding.not_blinded``). See docs/grading.md. Rows whose ``test_cmd`` is not pytest are graded
 from their log (``result_method: log``): the screen, the new-module rule and fresh control runs
 apply, the channel and canaries do not. The disk a diff may fill is bounded here on the host;
 the grading sandbox's own disk quota comes from the sandbox layer (issue R2-2).

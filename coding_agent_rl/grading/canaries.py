@@ -264,12 +264,17 @@ def plan_canaries(
                 pass
     taken: set[str] = set()
     names: dict[str, dict[str, str]] = {}  # path -> task name -> blinded name
-    for path, src in parsed.items():
+    edits: dict[str, list[tuple[int, int, str]]] = {}
+    for path, src in list(parsed.items()):
         taken |= {n.name for n in ast.walk(src.tree) if isinstance(n, ast.FunctionDef)}
         names[path] = {n: blind_name(rng, taken) for n in sorted(src.funcs | src.method_names)}
-    extra_funcs: dict[str, list[str]] = {p: [] for p in parsed}
+        try:
+            edits[path] = src.rename_edits(names[path])
+        except NotBlindable as e:
+            blinding.not_blinded.append(f"{path}: {e}")
+            plain[path] = parsed.pop(path).text
+    extra_funcs: dict[str, list[str]] = {p: [] for p in (*parsed, *plain)}
     extra_methods: dict[str, dict[str, list[str]]] = {p: {} for p in parsed}
-    edits = {p: src.rename_edits(names[p]) for p, src in parsed.items()}
     copied = 0
     for test_id in list(
         dict.fromkeys(f"{p}::{'::'.join(n)}" for p, n in map(_split, fail_to_pass))
@@ -284,7 +289,10 @@ def plan_canaries(
         if copied >= MAX_COPIED:
             blinding.unperturbed.append(f"{test_id}: over the {MAX_COPIED}-test cap")
             continue
-        made = _copies(src, unit, names[path], edits[path], copies, taken, rng)
+        try:
+            made = _copies(src, unit, names[path], edits[path], copies, taken, rng)
+        except (NotBlindable, ValueError, TypeError, IndexError, RecursionError) as e:
+            made = f"cannot copy ({type(e).__name__})"
         if isinstance(made, str):
             blinding.unperturbed.append(f"{test_id}: {made}")
             continue

@@ -11,7 +11,7 @@ Only the diff crosses over from the agent sandbox. Steps, each a defence (:mod:`
    installed distribution or another repository module (``pytest_plugin.offending_new_files``) —
    and read back the changed non-test Python files for the static screen (screen.py);
 3. revert protected paths that still changed on disk; reset ``test_files`` to the base; apply
-   ``test_patch``; put the canary-bearing test files in place (canaries.py);
+   ``test_patch``; put the blinded, canary-bearing test files in place (canaries.py);
 4. run the tests (protocols.py): pytest rows through the grader's plugin and its result
    channel, in safe-path mode; other commands by their log; ``eval_cmd`` by exit status;
    Harbor by its reward file.

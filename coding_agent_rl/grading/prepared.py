@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import dataclasses
 import io
+import logging
 import posixpath
 import shlex
 import tarfile
@@ -62,6 +63,7 @@ if TYPE_CHECKING:  # the schema imports grading.patchfiles; avoid the cycle at r
     from coding_agent_rl.datasets.schema import TaskRow
 
 q = shlex.quote
+log = logging.getLogger(__name__)
 VIEW_BUDGET = 3 * 1024 * 1024  # test-file bytes read back for canary derivation, all files
 
 
@@ -234,12 +236,15 @@ async def prepare_grading(sb: Sandbox, row: TaskRow, defences: Defences | None =
         members[runner.key_path] = (prepared.key, 0o600)
     if want_view:
         view = _read_view(r.stdout.partition("CAR-LIST\n")[0], row)
+        plan = legacy_plan(view, row.fail_to_pass, row.pass_to_pass)
         if defences.blinding:
-            plan = plan_canaries(
-                view, row.fail_to_pass, row.pass_to_pass, copies=defences.canary_copies
-            )
-        else:
-            plan = legacy_plan(view, row.fail_to_pass, row.pass_to_pass)
+            try:
+                plan = plan_canaries(
+                    view, row.fail_to_pass, row.pass_to_pass, copies=defences.canary_copies
+                )
+            except Exception as e:  # the task's own files; keep the previous canaries then
+                log.exception("blinding %s failed", row.instance_id)
+                plan.blinding.not_blinded.append(f"blinding failed: {type(e).__name__}: {e}")
         for path, text in plan.files.items():
             data = text.encode("utf-8", "surrogateescape")
             members[f"{runner.dir}/staged/{path}"] = (data, 0o600)

@@ -53,6 +53,27 @@ def cap_items(items: list[str]) -> list[str]:
     return [str(x)[:MAX_ITEM_CHARS] for x in items[:MAX_ITEMS]]
 
 
+_TAMPER_KINDS = (  # (prefix or fragment, kind), first match wins
+    ("twin run", "twin"),
+    ("canary ", "canary"),
+    ("result channel", "channel"),
+    ("records ", "channel"),
+    ("final record", "channel"),
+    ("pytest exited", "exit_status"),
+    ("pytest reported", "exit_status"),
+    ("changed after pytest made it", "rewritten_report"),
+    ("outside the declared files", "collection"),
+)
+
+
+def tamper_kind(evidence: str) -> str:
+    """The layer one line of tampering evidence comes from (``screen`` for ``path:line: what``)."""
+    for fragment, kind in _TAMPER_KINDS:
+        if fragment in evidence:
+            return kind
+    return "screen"
+
+
 def cap_log(text: str, cap: int = LOG_CAP) -> str:
     """Keep the head and the tail (where pytest's summary is) of a long log."""
     if len(text) <= cap:

@@ -42,6 +42,10 @@ class RolloutConfig:
     limits_poll_s: float = 1.0
     # The static tamper screen's policy: "zero" (a finding scores 0) or "flag" (recorded only).
     tamper_policy: Literal["zero", "flag"] = "zero"
+    # Grade twice in fresh sandboxes (independent blinding and canaries); outcomes must agree.
+    twin_grade: bool = False
+    # The reward of a result with tampering evidence (0; -1 makes forging lose in expectation).
+    tamper_reward: float = 0.0
 
     def __post_init__(self) -> None:
         if self.tamper_policy not in ("zero", "flag"):

@@ -31,6 +31,7 @@ from typing import Any
 
 import prometheus_client as prom
 
+from coding_agent_rl.grading.result import tamper_kind
 from coding_agent_rl.rollout.timing import PHASES
 from coding_agent_rl.sandbox.base import TEARDOWN_FAILURES
 from coding_agent_rl.types import Sample
@@ -191,6 +192,12 @@ class MetricTotals:
         self.phases = prom.Summary(
             "coding_agent_rl_phase_seconds", "time per rollout phase", ["phase"], registry=r
         )
+        self.tampering = prom.Counter(
+            "coding_agent_rl_tampering",
+            "rollouts with tampering evidence, by the layer that found it",
+            ["kind"],
+            registry=r,
+        )
         self.teardown_failures = prom.Counter(
             "coding_agent_rl_sandbox_teardown_failures",
             "sandboxes whose destroy failed (each logged with its id): possible leaks",
@@ -216,6 +223,8 @@ class MetricTotals:
         metrics = record.get("metrics") or {}
         for name in self.COUNTERS:
             self.counters[name].inc(metrics.get(name) or 0)
+        for kind in sorted({tamper_kind(str(t)) for t in record.get("tampering") or []}):
+            self.tampering.labels(kind).inc()
         for k, v in (record.get("timings") or {}).items():
             self.phases.labels(k.removesuffix("_s")).observe(v)
         for backend, n in TEARDOWN_FAILURES.items():  # this process's, since the run began
@@ -279,6 +288,9 @@ def summarize(records: Iterable[dict[str, Any]], **info: Any) -> dict[str, Any]:
             Counter(
                 str(e.get("stage")) for r in results if isinstance(e := r.get("grader_error"), dict)
             )
+        ),
+        "tampering_by_kind": dict(
+            Counter(k for r in results for k in {tamper_kind(t) for t in r.get("tampering") or []})
         ),
         "rollouts_by_node": dict(Counter(r["node"] for r in results if r.get("node"))),
         "failures_by_kind": dict(kinds),

@@ -380,7 +380,11 @@ class RolloutRunner:
 
     @property
     def _defences(self) -> Defences:
-        return Defences(tamper_policy=self.config.tamper_policy)
+        return Defences(
+            tamper_policy=self.config.tamper_policy,
+            twin=self.config.twin_grade,
+            tamper_reward=self.config.tamper_reward,
+        )
 
     @property
     def _grade_ahead(self) -> bool:

@@ -29,8 +29,9 @@ def test_bench_grading_prints_one_json_line():
     (line,) = proc.stdout.strip().splitlines()
     out = json.loads(line)
     assert (out["n"], out["repeat"], out["all_solved"]) == (2, 2, True)
-    for key in ("defended_s_p50", "plain_s_p50", "ratio", "grade_s_p50", "round1_grade_s_p50"):
+    for key in ("defended_s_p50", "plain_s_p50", "twin_s_p50", "ratio", "twin_ratio", "grade_s_p50",
+                "round1_grade_s_p50"):  # fmt: skip
         assert isinstance(out[key], float) and out[key] > 0, key
     assert out["target_ratio"] == 1.3 and out["target_met"] == (out["ratio"] <= 1.3)
     assert [t["result_method"] for t in out["tasks"]] == ["plugin", "plugin"]
-    assert all(t["canaries"] == 3 for t in out["tasks"])
+    assert all(t["canaries"] >= 3 and t["blinded"] >= 5 for t in out["tasks"])

@@ -1,8 +1,9 @@
-"""Canary generation and checking, with the generated files run by a real pytest."""
+"""Canary generation and checking, with the blinded files run by a real pytest."""
 
 from __future__ import annotations
 
 import random
+import re
 import subprocess
 import sys
 import textwrap
@@ -31,12 +32,18 @@ SOURCE = textwrap.dedent("""
         assert False
 
 
+    def test_calls_a_sibling():
+        test_returns_early()
+        assert double(2) == 4
+
+
     class TestMore(unittest.TestCase):
         def test_method(self):
             self.assertEqual(double(5), 10)
 
         def test_other(self):
             self.assertTrue(double(1))
+            self.test_method()
 """)
 F2P = (
     "tests/test_x.py::test_double[1-2]",
@@ -44,28 +51,12 @@ F2P = (
     "tests/test_x.py::TestMore::test_method",
     "tests/test_x.py::test_returns_early",
 )
-P2P = ("tests/test_x.py::TestMore::test_other",)
+P2P = ("tests/test_x.py::TestMore::test_other", "tests/test_x.py::test_calls_a_sibling")
+ORIGINAL_NAMES = {"test_double", "test_returns_early", "test_calls_a_sibling", "test_method"}
 
 
-def test_derived_canaries_sit_next_to_their_source_and_fail_whatever_the_code_does(tmp_path):
-    plan = plan_canaries({"tests/test_x.py": SOURCE}, F2P, P2P, random.Random(7))
-    fails = [c for c in plan.canaries if c.expect == "fail"]
-    passes = [c for c in plan.canaries if c.expect == "pass"]
-    assert len(fails) == 2 and len(passes) == 1
-    # Copies of the copyable F2P tests (not the one with an early return), named after them.
-    assert {c.source.split("::", 1)[1] for c in fails} <= {"test_double[1-2]", "test_double[3-6]",
-                                                          "TestMore::test_method"}  # fmt: skip
-    assert {c.node.rsplit("::", 1)[0] for c in fails if "TestMore" in c.source} <= {
-        "tests/test_x.py::TestMore"
-    }
-    # The pass-to-pass test it imitates is a method: so is the must-pass canary.
-    assert passes[0].node.startswith("tests/test_x.py::TestMore::test_other_")
-    for c in fails:
-        assert c.node.rsplit("::", 1)[1].startswith(c.source.rsplit("::", 1)[1].split("[")[0] + "_")
-    text = plan.files["tests/test_x.py"]
-    assert text.startswith(SOURCE)  # appended: no original line moved
-    # Run the file as it will be graded: canaries fail, everything else is untouched.
-    (tmp_path / "tests").mkdir()
+def _run(tmp_path, text: str) -> tuple[dict[str, str], str]:
+    (tmp_path / "tests").mkdir(exist_ok=True)
     (tmp_path / "tests" / "test_x.py").write_text(text)
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", "tests/test_x.py"],
@@ -73,19 +64,63 @@ def test_derived_canaries_sit_next_to_their_source_and_fail_whatever_the_code_do
         capture_output=True,
         text=True,
     )
-    statuses = parse_pytest(proc.stdout)
-    assert check_canaries(plan.canaries, statuses) == [], proc.stdout
+    return parse_pytest(proc.stdout), proc.stdout
+
+
+def test_blinded_file_runs_every_test_under_a_fresh_name_and_maps_back(tmp_path):
+    plan = plan_canaries({"tests/test_x.py": SOURCE}, F2P, P2P, random.Random(7))
+    text = plan.files["tests/test_x.py"]
+    # No task name is defined any more; tests that call each other still find each other.
+    defined = set(re.findall(r"def (test\w*)", text))
+    assert not defined & ORIGINAL_NAMES and all(
+        re.fullmatch(r"test_[0-9a-f]{12}", n) for n in defined
+    )
+    fails = [c for c in plan.canaries if c.expect == "fail"]
+    passes = [c for c in plan.canaries if c.expect == "pass"]
+    # Two copies each of the two perturbable F2P functions; the early return has none.
+    assert sorted(c.source for c in fails) == sorted(
+        ["tests/test_x.py::test_double"] * 2 + ["tests/test_x.py::TestMore::test_method"] * 2
+    )
+    assert plan.blinding.unperturbed == [
+        "tests/test_x.py::test_returns_early: return/yield/await in the body"
+    ]
+    assert all(
+        c.node.startswith("tests/test_x.py::TestMore::") for c in fails if "TestMore" in c.source
+    )
+    assert len(passes) == 1
+    statuses, out = _run(tmp_path, text)
+    mapped = {plan.blinding.original(t): s for t, s in statuses.items()}
+    assert check_canaries(plan.canaries, mapped) == [], out
     for c in plan.canaries:
-        got = {s for t, s in statuses.items() if c.owns(t)}
-        assert got == ({"FAILED"} if c.expect == "fail" else {"PASSED"}), (c, proc.stdout)
-    originals = {t: s for t, s in statuses.items() if not any(c.owns(t) for c in plan.canaries)}
-    assert originals == {
-        "tests/test_x.py::test_double[1-2]": "PASSED",
-        "tests/test_x.py::test_double[3-6]": "PASSED",
-        "tests/test_x.py::test_returns_early": "PASSED",
-        "tests/test_x.py::TestMore::test_method": "PASSED",
-        "tests/test_x.py::TestMore::test_other": "PASSED",
-    }
+        got = {s for t, s in mapped.items() if c.owns(t)}
+        assert got == ({"FAILED"} if c.expect == "fail" else {"PASSED"}), (c, out)
+    originals = {t: s for t, s in mapped.items() if not any(c.owns(t) for c in plan.canaries)}
+    assert originals == {t: "PASSED" for t in (*F2P, *P2P)}, out
+
+
+def test_copies_differ_from_the_original_only_in_a_same_type_value():
+    plan = plan_canaries({"tests/test_x.py": SOURCE}, F2P, P2P, random.Random(3))
+    text = plan.files["tests/test_x.py"]
+    bodies = re.findall(
+        r"\n(    def test_\w+\(self\):\n        self.assertEqual\(double\(5\), (.+)\))", text
+    )
+    values = sorted(int(v) for _, v in bodies)
+    assert len(values) == 3 and 10 in values and len(set(values)) == 3  # ints, never a tuple
+    assert all(abs(v - 10) <= 10 for v in values)  # nearby numbers
+    assert not re.search(r"assertEqual\(double\(5\), \(", text)  # never a wrapper
+    cases = re.findall(
+        r'parametrize\("x, expected", \[\((1), (-?\d+)\), \((3), (-?\d+)\)\]\)', text
+    )
+    assert len(cases) == 3 and {c[1] for c in cases} >= {"2"} and {c[3] for c in cases} >= {"6"}
+
+
+def test_a_file_that_cannot_be_blinded_keeps_its_text_and_says_why():
+    source = "def test_a():\n    assert 1 == 1\n\ntest_b = test_a\n"
+    plan = plan_canaries({"t.py": source}, ("t.py::test_a",), (), random.Random(1))
+    assert plan.blinding.not_blinded == ["t.py: line 4: test name 'test_a' used at import time"]
+    assert plan.files["t.py"].startswith(source)
+    assert [c.expect for c in plan.canaries] == ["fail", "fail", "pass"]
+    compile(plan.files["t.py"], "t.py", "exec")
 
 
 def test_synthetic_canaries_when_nothing_can_be_copied():
@@ -93,14 +128,14 @@ def test_synthetic_canaries_when_nothing_can_be_copied():
     plan = plan_canaries({"t.py": source}, ("t.py::test_only",), (), random.Random(1))
     assert [c.expect for c in plan.canaries] == ["fail", "fail", "pass"]
     assert all(c.source is None for c in plan.canaries)
-    assert plan.canaries[0].node.startswith("t.py::test_only_")
+    assert "test_only" not in plan.files["t.py"]
     compile(plan.files["t.py"], "t.py", "exec")
 
 
 def test_fresh_names_every_run():
     a = plan_canaries({"tests/test_x.py": SOURCE}, F2P, P2P)
     b = plan_canaries({"tests/test_x.py": SOURCE}, F2P, P2P)
-    assert len({c.node for c in a.canaries} | {c.node for c in b.canaries}) > 3
+    assert not set(a.blinding.names["tests/test_x.py"]) & set(b.blinding.names["tests/test_x.py"])
 
 
 def test_evidence_rules():
@@ -109,7 +144,9 @@ def test_evidence_rules():
     base = {"t.py::test_a": "FAILED", "t.py::test_b": "PASSED"}
     assert check_canaries([fail, ok], {**base, fail.node: "FAILED", ok.node: "PASSED"}) == []
     forged = check_canaries([fail, ok], {**base, fail.node: "PASSED", ok.node: "PASSED"})
-    assert forged == ["canary t.py::test_a_edge must fail but was recorded PASSED"]
+    assert forged == [
+        "canary t.py::test_a_edge (a copy of t.py::test_a) must fail but was recorded PASSED"
+    ]
     hidden = check_canaries([fail, ok], {**base, ok.node: "PASSED"})
     assert hidden == ["canary t.py::test_a_edge was not run (its file's tests were)"]
     assert check_canaries([fail, ok], {**base, ok.node: "PASSED"}, whole_files=False) == []

@@ -38,7 +38,7 @@ def test_every_bundled_task_is_valid(tmp_path, capsys):
     assert f"{len(reports)}/{len(reports)} rows valid" in stdout
     # Graded through the grader's plugin, with canaries; the tamper screen flags no gold patch.
     assert all(
-        g["result_method"] == "plugin" and g["canaries"] == 3 for r in reports for g in r["gold"]
+        g["result_method"] == "plugin" and g["canaries"] >= 3 for r in reports for g in r["gold"]
     )
     assert all(r["screen_fp"] == 0 for r in reports)
     assert "tamper-screen false positives on gold patches: 0" in stdout

@@ -126,3 +126,21 @@ def test_progress_counts_per_node_without_passing_over_records() -> None:
     assert line.startswith("[3/4] solved 1 | failures infra=1 model=1 |")
     assert line.endswith("| n1=1 n2=2")
     p.close()
+
+
+def test_tampering_is_counted_by_layer_in_the_summary_and_metrics(tmp_path: pathlib.Path) -> None:
+    w = RunWriter(tmp_path)
+    canary = "canary tests/t.py::test_0a1b2c3d4e5f (a copy of tests/t.py::test_a) must fail but was recorded PASSED"
+    w.add([sample("a")], record("a", "model", -1.0, tampering=[canary, canary]))
+    w.add(
+        [sample("b")], record("b", "model", tampering=["twin runs disagree on t: PASSED vs FAILED"])
+    )
+    w.add([sample("c")], record("c", "model", tampering=["pkg/x.py:3: calls os._exit"]))
+    w.add([sample("d")], record("d", None, 1.0, tampering=[]))
+    summary = w.summary()
+    assert summary["tampering"] == 3
+    assert summary["tampering_by_kind"] == {"canary": 1, "twin": 1, "screen": 1}
+    assert summary["mean_reward"] == 0.0  # -1 + 0 + 0 + 1 over four graded rollouts
+    prom = (tmp_path / "metrics.prom").read_text()
+    assert 'coding_agent_rl_tampering_total{kind="canary"} 1.0' in prom
+    assert 'coding_agent_rl_tampering_total{kind="twin"} 1.0' in prom

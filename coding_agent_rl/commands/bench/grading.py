@@ -1,21 +1,23 @@
 """``coding-agent-rl bench grading``: what the tamper defences cost, against plain ``pytest -rA``.
 
-Per bundled example task (cycled to ``--n``), one grading sandbox is prepared and the task's gold
-patch graded in it with every defence on (``grade(..., sandbox=...)``: apply, new-module rule,
-static screen, canaries, the plugin's result channel, exit-status and canary checks). Then, in
-that same sandbox and on that same tree (the hidden tests and the canaries in place), the test
-step is repeated ``--repeat`` times each way, alternating which goes first so that load on a
-shared machine hits both alike:
+Per bundled example task (cycled to ``--n``), two grading sandboxes are prepared and the task's
+gold patch graded in each with every defence on (``grade(..., sandbox=...)``: apply, new-module
+rule, static screen, blinded test files with canaries, the plugin's result channel, exit-status
+and canary checks). Then the test step is repeated ``--repeat`` times each way, rotating which
+goes first so that load on a shared machine hits each alike:
 
-* **defended**: the test command with the grader's plugin loaded (``PYTEST_PLUGINS``), the key and
-  channel descriptors, safe-path mode, then the channel read back, verified and judged
+* **defended**: in the first sandbox, the blinded test files (random names, shuffled, canary
+  copies among them) run with the grader's plugin loaded (``PYTEST_PLUGINS``), the key and channel
+  descriptors, safe-path mode, then the channel read back, verified and judged
   (``evidence.plugin_verdict``): what grading now does to get a result;
-* **plain**: ``python3 -m pytest -rA -p no:cacheprovider <test files>`` as the test user, its log
-  read back and parsed: what round 1 did.
+* **twin**: the same in both sandboxes at once, each with its own blinding (``--twin-grade``);
+* **plain**: in the first sandbox with the task's own test files put back (base + test patch:
+  no blinding, no canaries), ``python3 -m pytest -rA -p no:cacheprovider <test files>`` as the test
+  user, its log read back and parsed: what round 1 did.
 
 ``ratio`` = median(defended) / median(plain), per task, then the median over tasks (target
-<= 1.3; the command exits 1 when it is missed, unless ``--no-check``). Both are measured, nothing
-is modelled. Reported beside it, not checked: ``grade_s_p50``, the whole defended grading after
+<= 1.3; the command exits 1 when it is missed, unless ``--no-check``); ``twin_ratio`` likewise for
+the twin (reported, not checked). All are measured, nothing is modelled. Reported beside it, not checked: ``grade_s_p50``, the whole defended grading after
 the sandbox was ready (it also applies the patch, which the plain run does not do), against
 ``round1_grade_s_p50``, the same gold patch graded the round-1 way (``defences.ROUND_1``) in a
 second sandbox of the same image prepared alongside (``grading_ratio``), and the preparation
@@ -44,68 +46,102 @@ def _p50(xs: list[float]) -> float | None:
     return round(statistics.median(xs), 4) if xs else None
 
 
+def _graded(prepared: Any, row: Any, defences: Any) -> Any:
+    from coding_agent_rl.grading.protocols import Graded
+    from coding_agent_rl.grading.result import GradeResult
+
+    return Graded(
+        prepared.sb,
+        row,
+        prepared.runner,
+        prepared.base,
+        [],
+        GradeResult(),
+        row.test_timeout or 600,
+        prepared,
+        defences,
+    )
+
+
+def _swap_script(prepared: Any, row: Any, which: str) -> str:
+    """Put the blinded test files (``staged``) or the task's own (``view``: base + test patch)
+    in the workdir, so that both ways run in the same sandbox on their own files."""
+    from coding_agent_rl.grading.workspace import q
+
+    d = prepared.runner.dir
+    return f"cd {q(row.workdir)}\n" + "".join(
+        f"cp -- {q(f'{d}/{which}/{path}')} {q(path)}\n" for path in prepared.staged
+    )
+
+
 async def one_task(row: Any, *, backend: str, options: dict[str, Any], repeat: int) -> dict:
     from coding_agent_rl.datasets.logparse import parse_pytest
     from coding_agent_rl.grading.defences import ROUND_1
     from coding_agent_rl.grading.evidence import plugin_verdict
     from coding_agent_rl.grading.grade import grade
     from coding_agent_rl.grading.prepared import GradingSandbox
-    from coding_agent_rl.grading.protocols import Graded, default_test_cmd
-    from coding_agent_rl.grading.result import GradeResult
+    from coding_agent_rl.grading.protocols import default_test_cmd
+    from coding_agent_rl.grading.workspace import run_checked
 
     async with (
         GradingSandbox(row, backend=backend, sandbox_options=options) as ahead,
+        GradingSandbox(row, backend=backend, sandbox_options=options) as twin,
         GradingSandbox(row, backend=backend, sandbox_options=options, defences=ROUND_1) as old,
     ):
-        prepared, _ = await asyncio.gather(ahead.ready(), old.ready())
+        prepared, prepared2, _ = await asyncio.gather(ahead.ready(), twin.ready(), old.ready())
         t0 = time.monotonic()
         old_result = await grade(row, row.patch, sandbox=old)
         old_grade_s = time.monotonic() - t0
         t0 = time.monotonic()
         result = await grade(row, row.patch, sandbox=ahead)
         grade_s = time.monotonic() - t0
-        g = Graded(
-            prepared.sb,
-            row,
-            prepared.runner,
-            prepared.base,
-            [],
-            GradeResult(),
-            row.test_timeout or 600,
-            prepared,
-            ahead.defences,
-        )
+        twin_result = await grade(row, row.patch, sandbox=twin)
+        g, g2 = _graded(prepared, row, ahead.defences), _graded(prepared2, row, twin.defences)
         cmd = default_test_cmd(row)
+
+        async def one_defended(gr: Any) -> None:
+            p = gr.prepared
+            run = await gr.run_plugin(cmd)
+            verdict = plugin_verdict(row, run, p.key, p.canaries, gr.timeout, p.blinding)
+            assert verdict.statuses and not verdict.evidence and not verdict.ambiguous, verdict
 
         async def defended() -> float:
             t = time.monotonic()
-            run = await g.run_plugin(cmd)
-            verdict = plugin_verdict(
-                row, run, prepared.key, prepared.canaries, g.timeout, prepared.blinding
-            )
-            assert verdict.statuses and not verdict.evidence and not verdict.ambiguous, verdict
+            await one_defended(g)
+            return time.monotonic() - t
+
+        async def twin_run() -> float:
+            t = time.monotonic()
+            await asyncio.gather(one_defended(g), one_defended(g2))
             return time.monotonic() - t
 
         async def plain() -> float:
+            await run_checked(prepared.sb, _swap_script(prepared, row, "view"), "task files")
             t = time.monotonic()
             run = await prepared.runner.run(cmd, timeout=g.timeout)
+            elapsed = time.monotonic() - t
             assert parse_pytest(run.log), run.log[-500:]
-            return time.monotonic() - t
+            await run_checked(prepared.sb, _swap_script(prepared, row, "staged"), "blinded files")
+            return elapsed
 
-        times: dict[str, list[float]] = {"defended": [], "plain": []}
+        times: dict[str, list[float]] = {"defended": [], "plain": [], "twin_run": []}
+        ways = [defended, plain, twin_run]
         for i in range(repeat):
-            order = (defended, plain) if i % 2 == 0 else (plain, defended)
-            for fn in order:
+            for fn in ways[i % 3 :] + ways[: i % 3]:  # rotate: load hits each way alike
                 times[fn.__name__].append(await fn())
     d, p = statistics.median(times["defended"]), statistics.median(times["plain"])
+    tw = statistics.median(times["twin_run"])
     return {
         "instance_id": row.instance_id,
-        "reward": min(result.reward, old_result.reward),
+        "reward": min(result.reward, old_result.reward, twin_result.reward),
         "result_method": result.result_method,
         "canaries": result.canaries,
+        "blinded": (result.blinding or {}).get("tests", 0),
         "defended_s": round(d, 4),
         "plain_s": round(p, 4),
+        "twin_s": round(tw, 4),
         "ratio": round(d / p, 3),
+        "twin_ratio": round(tw / p, 3),
         "grade_s": round(grade_s, 3),
         "round1_grade_s": round(old_grade_s, 3),
         "prepare_s": round(ahead.prepare_s or 0.0, 3),
@@ -128,7 +164,9 @@ async def bench(*, n: int, repeat: int, backend: str, options: dict[str, Any]) -
         "backend": backend,
         "defended_s_p50": _p50([t["defended_s"] for t in per_task]),
         "plain_s_p50": _p50([t["plain_s"] for t in per_task]),
+        "twin_s_p50": _p50([t["twin_s"] for t in per_task]),
         "ratio": ratio,
+        "twin_ratio": _p50([t["twin_ratio"] for t in per_task]),
         "target_ratio": TARGET_RATIO,
         "target_met": ratio is not None and ratio <= TARGET_RATIO,
         "grade_s_p50": _p50([t["grade_s"] for t in per_task]),
