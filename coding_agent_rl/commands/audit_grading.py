@@ -189,7 +189,8 @@ def judge(p: Planned, record: dict | None, baseline_s: float | None, out: pathli
     if record is None:
         return {"task": p.row.instance_id, "outcome": "missing", "success": True}
     diff = out / (record.get("artifacts") or {}).get("diff", "-")
-    landed = diff.is_file() and diff.stat().st_size > 0
+    # The agent left a change: a diff, or one refused at capture for its size.
+    landed = bool(record.get("diff_truncated")) or (diff.is_file() and diff.stat().st_size > 0)
     reward = float(record.get("reward") or 0.0)
     kind = record.get("failure_kind")
     grade_s = _grade_s(record)

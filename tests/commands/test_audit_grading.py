@@ -80,7 +80,7 @@ def audit(example_images, tmp_path_factory) -> tuple[int, dict]:
         "--tasks-per-family",
         "1",
         "--concurrency",
-        "6",
+        "8",
         "--agent-budget",
         "150",
         "--eval-timeout",
