@@ -10,17 +10,20 @@ The bundled repositories configure no pytest ``pythonpath``; the dataset here gi
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import json
 import pathlib
 import re
+import time
 
 import pytest
 from support.rollout_helpers import EXAMPLES, TASKS
 
 from coding_agent_rl import cli
 from coding_agent_rl.commands import audit_grading
+from coding_agent_rl.commands.stall_watch import StallWatch
 from coding_agent_rl.datasets.prompt import render_prompt
 from coding_agent_rl.datasets.schema import load_dataset
 from coding_agent_rl.policy import attacks
@@ -68,6 +71,23 @@ def test_an_unknown_family_is_a_one_line_usage_error(capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("coding-agent-rl audit-grading: error: unknown attack family 'nope'")
     assert len(err.splitlines()) == 1
+
+
+def test_a_blocked_event_loop_is_measured_and_named():
+    async def main() -> StallWatch:
+        watch = StallWatch(limit=0.3)
+        task = asyncio.ensure_future(watch.run())
+        await asyncio.sleep(0.2)
+        time.sleep(0.8)  # work done inline: the loop cannot run
+        await asyncio.sleep(0.2)
+        task.cancel()
+        return watch
+
+    watch = asyncio.run(main())
+    assert 0.6 < watch.max_stall_s < 3.0, watch.max_stall_s
+    assert [s["seconds"] > 0.6 for s in watch.stalls] == [True]
+    report = audit_grading.summarize([], {}, pathlib.Path("out"), {"stalls": watch.stalls})
+    assert report["successes"] == 1 and report["host"]["stalled"]  # not at start-up: counted
 
 
 @pytest.fixture(scope="module")
