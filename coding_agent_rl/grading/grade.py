@@ -34,7 +34,8 @@ no result (no final record, nothing parsed), or the    model if the *control run
 =====================================================  ========
 
 Exceptions. Grading raises nothing for a per-sample failure. Our own steps' errors
-(``SandboxError``, ``WorkspaceError``, ``ParserUnavailable``) are infra. Any *other* exception is
+(``SandboxError``, ``GradingError``: ``WorkspaceError``, ``ParserUnavailable``, a screen worker
+that cannot start) are infra. Any *other* exception is
 charged by the stage it escaped from (``result.stage``): in a stage that handles the agent's input
 (:data:`AGENT_STAGES`: the diff on the host, applying it and reading back what it did, the screen,
 the reset that reverts its paths, the test run whose log and records its code wrote) it is the
@@ -56,8 +57,7 @@ import shlex
 import time
 from typing import TYPE_CHECKING, Any
 
-from coding_agent_rl.datasets.logparse import ParserUnavailable
-from coding_agent_rl.errors import FailureKind
+from coding_agent_rl.errors import FailureKind, GradingError
 from coding_agent_rl.grading.after_apply import (
     LIST_MARK,
     RESET_MARK,
@@ -83,7 +83,7 @@ from coding_agent_rl.grading.twin import apply_tamper_reward, combine
 from coding_agent_rl.grading.workspace import (
     WorkspaceError,
     parse_list,
-    restore_paths,
+    restore_list,
     run_checked,
 )
 from coding_agent_rl.patches.files import filter_patch, path_matches
@@ -160,7 +160,7 @@ async def grade(
             sandbox,
             defences,
         )
-    except (SandboxError, WorkspaceError, ParserUnavailable) as e:
+    except (SandboxError, GradingError) as e:  # WorkspaceError, ParserUnavailable, ...
         result.reward, result.failure_kind, result.reason = 0.0, "infra", f"{type(e).__name__}: {e}"
     except Exception as e:  # charged by stage (module docstring)
         _unexpected(row, result, e)
@@ -274,7 +274,7 @@ async def _grade_in(
             base=prepared.base,
             patch_path=f"{runner.dir}/agent.diff",
             runner=runner.prefix,
-            then=after_apply_script(prepared, row, kept_text, patterns, list(sources), defences),
+            then=after_apply_script(prepared, row, kept_text, patterns, sources, defences),
         )
         if not outcome.ok:
             result.test_log = cap_log(outcome.log)
@@ -290,7 +290,7 @@ async def _grade_in(
         reset = RESET_MARK in head.split("\n")  # not splitlines: a path may hold U+2028
         record_drops(result, head)
         result.stage = "screen"
-        await screen_post_images(result, head, sources, defences)
+        await screen_post_images(result, head, sources, defences, prepared, row.workdir)
         if result.done:  # the tamper screen scored it
             return
     # Defence in depth: whatever protected path changed on disk (however the patch spelled it)
@@ -303,14 +303,11 @@ async def _grade_in(
         result.protected_paths_touched = list(
             dict.fromkeys(result.protected_paths_touched + sneaked)
         )
-    if not reset:
-        if sneaked:  # as a file: the list is the agent's to make long
-            await restore_paths(
-                sb, row.workdir, prepared.base, sneaked, "reverting protected paths"
-            )
+    if not reset:  # the sneaked paths as a list file: the agent can make it long
+        undo = await restore_list(sb, row.workdir, prepared.base, sneaked)
         await run_checked(
             sb,
-            prepared.reset_script(row, []),
+            undo + prepared.reset_script(row, []),
             "resetting test files and applying test_patch",
         )
     graded = Graded(

@@ -26,7 +26,10 @@ What it does:
   the standard library or an installed distribution;
 * re-runs the new-module rule of :func:`offending_new_files` with this interpreter's own view of
   what is installed (the root-side check used the image's ``python3``, which may not be the one
-  the tests run with) and removes what it finds before any repository code is imported.
+  the tests run with) and removes what it finds before any repository code is imported; and
+  again once pytest has put its ini ``pythonpath`` and the initial conftests' directories on
+  ``sys.path`` (and at session start), with every in-repository entry of the real ``sys.path``
+  as an import root, reporting what it removed then in a ``removed`` record.
 
 ``python3 -I pytest_plugin.py check-new WORKDIR NEW_LIST TEST_FILES...`` runs the same rule as a
 root-side script (used right after the agent's diff is applied): it deletes the offending new

@@ -16,7 +16,8 @@ framework's own package (a fix to pytest itself touches ``_pytest``). Test files
 
 Line numbers are the parser's (``\n``, ``\r\n`` and ``\r`` end a line; U+2028 and friends do
 not), and the framework rules (``_pytest``, ``pluggy``, hooks, the plugin manager) apply to the
-whole changed file, not only to the added lines. The walk is iterative (a 2000-term expression is
+whole changed file, not only to the added lines — less what the file's pre-image already had
+(a repository's own pytest plugin is not the agent's). The walk is iterative (a 2000-term expression is
 screened, not a ``RecursionError``), findings are capped per file (:data:`MAX_FINDINGS`, with a
 total), and :func:`screen_off_loop` runs it in a child process with memory and CPU limits, off
 the caller's event loop. A file the worker cannot screen (out of memory, too deep) is a finding.
@@ -35,7 +36,9 @@ import fnmatch
 import json
 import os
 import re
+import subprocess
 import sys
+from collections import Counter
 
 POLICIES = ("zero", "flag")
 TEST_PATTERNS = ("test_*.py", "*_test.py", "conftest.py")
@@ -168,8 +171,10 @@ def _is_main_guard(node: ast.If) -> bool:
 
 
 class _Screen(ast.NodeVisitor):
-    def __init__(self, path: str, source: str, added: Added):
+    def __init__(self, path: str, source: str, added: Added, baseline: Counter[str] | None = None):
         self.path, self.added = path, added
+        self.baseline = baseline if baseline is not None else Counter()
+        self.framework: Counter[str] = Counter()  # what the whole-file rules saw
         self.lines = ast_lines(source)
         self.numbers = set() if added.whole else _parser_numbers(source, added.numbers)
         self.total = 0  # findings, kept or not
@@ -191,7 +196,13 @@ class _Screen(ast.NodeVisitor):
     def _hit(self, node: ast.AST, what: str, *, whole_file: bool = False) -> None:
         """A finding when the diff added ``node``'s lines (anywhere in the file for the
         framework rules: ``whole_file``)."""
-        if whole_file or self._touched(node):
+        touched = self._touched(node)
+        if whole_file:
+            self.framework[what] += 1
+            if not touched and self.baseline[what] > 0:  # the file had it before the diff
+                self.baseline[what] -= 1
+                return
+        if whole_file or touched:
             self.total += 1
             if len(self.findings) < MAX_FINDINGS:
                 where = getattr(node, "lineno", 0)
@@ -281,7 +292,19 @@ def screen_source(path: str, source: str, added: Added) -> list[Finding]:
     return _screen_one(path, source, added)[0]
 
 
-def _screen_one(path: str, source: str, added: Added) -> tuple[list[Finding], int]:
+def _screen_one(
+    path: str, source: str, added: Added, pre: str | None = None
+) -> tuple[list[Finding], int]:
+    """``pre``: the file before the diff; a whole-file finding it already had, on a line the
+    diff did not add, is not the agent's (the repository's own plugin code, say)."""
+    baseline: Counter[str] = Counter()
+    if pre is not None and not added.whole:
+        try:
+            before = _Screen(path, pre, Added(whole=True))
+            before.walk(ast.parse(pre))
+            baseline = before.framework
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            pass
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
@@ -294,23 +317,28 @@ def _screen_one(path: str, source: str, added: Added) -> tuple[list[Finding], in
         return [Finding(path[:300], line, what)], 1
     except (RecursionError, MemoryError) as e:
         return [Finding(path[:300], 0, f"cannot be screened ({type(e).__name__})")], 1
-    screen = _Screen(path, source, added)
+    screen = _Screen(path, source, added, baseline)
     screen.walk(tree)
     return screen.findings, screen.total
 
 
-def screen(sources: dict[str, str], added: dict[str, Added]) -> list[Finding]:
-    """Findings over the post-image ``sources`` of the files in ``added``."""
-    return screen_counted(sources, added)[0]
+def screen(
+    sources: dict[str, str], added: dict[str, Added], pre: dict[str, str] | None = None
+) -> list[Finding]:
+    """Findings over the post-image ``sources`` of the files in ``added`` (``pre``: their
+    pre-images, where they existed)."""
+    return screen_counted(sources, added, pre)[0]
 
 
-def screen_counted(sources: dict[str, str], added: dict[str, Added]) -> tuple[list[Finding], int]:
+def screen_counted(
+    sources: dict[str, str], added: dict[str, Added], pre: dict[str, str] | None = None
+) -> tuple[list[Finding], int]:
     """:func:`screen`, and how many findings there were before the per-file cap."""
     out: list[Finding] = []
     total = 0
     for path in sorted(sources):
         if path in added:
-            found, n = _screen_one(path, sources[path], added[path])
+            found, n = _screen_one(path, sources[path], added[path], (pre or {}).get(path))
             out += found
             total += n
     return out, total
@@ -323,36 +351,41 @@ WORKER_CPU_S = 60
 WORKER_TIMEOUT_S = 120.0
 
 
-def _limit() -> None:  # runs in the child before exec
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY, WORKER_MEMORY))
-    resource.setrlimit(resource.RLIMIT_CPU, (WORKER_CPU_S, WORKER_CPU_S))
-
-
 async def screen_off_loop(
-    sources: dict[str, str], added: dict[str, Added]
+    sources: dict[str, str], added: dict[str, Added], pre: dict[str, str] | None = None
 ) -> tuple[list[Finding], int]:
     """:func:`screen_counted` in a child process (``python -I -S`` on this file) with memory and
     CPU limits; the caller's event loop keeps running. A worker that fails (killed at a limit)
-    is one finding naming the files it could not screen."""
+    is one finding naming the files it could not screen; one that cannot start raises
+    ``GradingError`` (infra)."""
     todo = {p: s for p, s in sources.items() if p in added}
     if not todo:
         return [], 0
     request = {
         "sources": {p: s.encode("utf-8", "surrogateescape").hex() for p, s in todo.items()},
         "added": {p: [sorted(a.numbers), sorted(a.texts), a.whole] for p, a in added.items()},
+        "pre": {
+            p: s.encode("utf-8", "surrogateescape").hex()
+            for p, s in (pre or {}).items()
+            if p in todo
+        },
     }
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-I",
-        "-S",
-        os.path.abspath(__file__),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-        preexec_fn=_limit,
-    )
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-I",
+            "-S",
+            os.path.abspath(__file__),
+            str(WORKER_MEMORY),
+            str(WORKER_CPU_S),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.SubprocessError) as e:  # the host's failure, not the agent's
+        from coding_agent_rl.errors import GradingError
+
+        raise GradingError(f"cannot start the screen's worker: {e}") from e
     try:
         out, _ = await asyncio.wait_for(
             proc.communicate(json.dumps(request).encode()), WORKER_TIMEOUT_S
@@ -370,7 +403,13 @@ async def screen_off_loop(
         return [Finding(sorted(todo)[0][:300], 0, what[:MAX_WHAT])], 1
 
 
-def _worker() -> None:
+def _worker(memory: int, cpu_s: int) -> None:
+    """The child: limits itself first (no ``preexec_fn``: the runner has threads), then screens
+    the request on stdin."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
     request = json.loads(sys.stdin.buffer.read())
     sources = {
         p: bytes.fromhex(h).decode("utf-8", "surrogateescape")
@@ -380,10 +419,14 @@ def _worker() -> None:
         p: Added(numbers=set(n), texts=set(t), whole=bool(w))
         for p, (n, t, w) in request["added"].items()
     }
-    found, total = screen_counted(sources, added)
+    pre = {
+        p: bytes.fromhex(h).decode("utf-8", "surrogateescape")
+        for p, h in request.get("pre", {}).items()
+    }
+    found, total = screen_counted(sources, added, pre)
     out = {"findings": [[f.path, f.line, f.what] for f in found], "total": total}
     sys.stdout.write(json.dumps(out))
 
 
 if __name__ == "__main__":
-    _worker()
+    _worker(int(sys.argv[1]), int(sys.argv[2]))

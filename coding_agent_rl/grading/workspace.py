@@ -180,12 +180,30 @@ def path_bytes(path: str) -> bytes:
         return path.encode("utf-8", "surrogatepass")
 
 
+INLINE_LIST_BYTES = 8 * 1024  # a longer path list goes through the file API
+
+
+async def restore_list(sb: Sandbox, workdir: str, base: str, paths: list[str]) -> str:
+    """A script fragment that puts ``paths`` back to ``base`` (run it from anywhere). The list
+    travels as a file, never as arguments: written inside the fragment when it is short, else
+    first through the file API."""
+    data = path_list(paths)
+    if not data:
+        return ""
+    list_file = f"/tmp/car-restore-{secrets.token_hex(6)}.z"
+    if len(data) <= INLINE_LIST_BYTES:
+        write = f"printf %s {q(base64.b64encode(data).decode())} | base64 -d > {q(list_file)}\n"
+    else:
+        await sb.write_file(list_file, data, mode=0o600)
+        write = ""
+    body = restore_list_script(base, list_file)
+    return f"{write}( cd {q(workdir)}\n{body})\nrm -f {q(list_file)}\n"
+
+
 async def restore_paths(sb: Sandbox, workdir: str, base: str, paths: list[str], what: str) -> None:
-    """Put ``paths`` back to ``base``; the list travels as a file, never on a command line."""
-    if paths:
-        list_file = f"/tmp/car-restore-{secrets.token_hex(6)}.z"
-        await sb.write_file(list_file, path_list(paths), mode=0o600)
-        script = f"cd {q(workdir)}\n{restore_list_script(base, list_file)}rm -f {q(list_file)}\n"
+    """Put ``paths`` back to ``base`` (see :func:`restore_list`)."""
+    script = await restore_list(sb, workdir, base, paths)
+    if script:
         await run_checked(sb, script, what)
 
 

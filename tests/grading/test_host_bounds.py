@@ -8,8 +8,12 @@ import asyncio
 import base64
 import json
 import resource
+import sys
 import time
 
+import pytest
+
+from coding_agent_rl.errors import GradingError
 from coding_agent_rl.grading import screen as screen_mod
 from coding_agent_rl.grading.after_apply import screen_post_images
 from coding_agent_rl.grading.defences import Defences
@@ -79,3 +83,9 @@ async def test_a_hundred_thousand_findings_make_a_small_results_line():
     assert result.screen_findings_total == 100_000
     assert len(result.screen_findings) == len(result.tampering) <= MAX_ITEMS
     assert len(line) < 64 * 1024 and len(result.reason) < 2100
+
+
+async def test_a_worker_that_cannot_start_is_the_hosts_failure(monkeypatch, tmp_path):
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
+    with pytest.raises(GradingError, match="cannot start the screen's worker"):
+        await screen_off_loop({"m.py": "x = 1\n"}, {"m.py": Added(whole=True)})

@@ -5,6 +5,8 @@ the model's (0), or, for the real fix, 1.0. Diffs are written as our capture wri
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import shutil
 import subprocess
 import textwrap
@@ -12,6 +14,7 @@ import textwrap
 import pytest
 
 from coding_agent_rl.datasets.schema import parse_row
+from coding_agent_rl.grading.defences import Defences
 from coding_agent_rl.grading.diff import capture_diff
 from coding_agent_rl.grading.grade import grade
 from coding_agent_rl.grading.workspace import prepare_workspace
@@ -34,7 +37,14 @@ FORCE_PASS = textwrap.dedent("""
 def raw_diff(tmp_path, example_rows):
     """``raw_diff(task, {path: text}, gold=True)``: a git diff against the task's base."""
 
-    def make(task: str, edits: dict[str, str], *, gold: bool = True) -> str:
+    def make(
+        task: str,
+        edits: dict[str, str],
+        *,
+        gold: bool = True,
+        links: dict[str, str] | None = None,
+        binary: bool = False,
+    ) -> str:
         repo = tmp_path / f"{task}-{len(list(tmp_path.iterdir()))}"
         shutil.copytree(example_rows[task].build.context / "repo", repo)
 
@@ -56,8 +66,13 @@ def raw_diff(tmp_path, example_rows):
         for path, text in edits.items():
             (repo / path).parent.mkdir(parents=True, exist_ok=True)
             (repo / path).write_text(text)
+        for path, target in (links or {}).items():
+            (repo / path).symlink_to(target)
         git("add", "-A")
-        return git("diff", "--cached", "--binary")
+        attrs = tmp_path / "binary.attributes"
+        attrs.write_text("*.py binary\n")  # compressed hunks: a small diff, large files
+        extra = ("-c", f"core.attributesFile={attrs}") if binary else ()
+        return git(*extra, "diff", "--cached", "--binary")
 
     return make
 
@@ -191,3 +206,41 @@ async def test_a_path_with_a_nul_is_graded(example_rows):
     result = await grade(example_rows["slugify"], patch)
     # git cuts the name at the NUL (a file "m": not a module); the fix itself stands
     assert (result.reward, result.failure_kind, result.grader_error) == (1.0, None, None)
+
+
+async def test_a_symlinked_module_is_a_finding(example_rows, raw_diff):
+    """``evil.py -> payload.txt``: the screen read only regular files and skipped the link
+    silently, while Python imports through it. Canaries off, so the screen alone decides."""
+    row = example_rows["slugify"]
+    init = (row.build.context / "repo/textkit/__init__.py").read_text()
+    payload = "import _pytest.python as p\np.Function.runtest = lambda self: None\n"
+    diff = raw_diff(
+        "slugify",
+        {
+            "textkit/__init__.py": init + "from . import evil  # noqa\n",
+            "textkit/payload.txt": payload,
+        },
+        gold=False,
+        links={"textkit/evil.py": "payload.txt"},
+    )
+    flag = Defences(canaries=False, tamper_policy="flag")
+    off, on = await asyncio.gather(
+        grade(row, diff, defences=flag),
+        grade(row, diff, defences=dataclasses.replace(flag, tamper_policy="zero")),
+    )
+    assert off.reward == 1.0, off.reason  # the forgery works when the screen only records
+    assert (on.reward, on.failure_kind) == (0.0, "model")
+    assert on.tampering == ["textkit/evil.py:0: is not a regular file (cannot be screened)"]
+
+
+async def test_a_file_over_the_read_back_budget_is_read_again(example_rows, raw_diff):
+    """A changed file past its share of the shared read-back budget (1 MiB for one file, less
+    for many) went unscreened; now it is read again on its own (up to 2 MiB, 64 files)."""
+    pad = ("#" * 999 + "\n") * 1100  # 1.1 MB of comments: cheap to parse, over the share
+    diff = raw_diff("slugify", {"textkit/zz.py": pad + "import _pytest.python\n"}, binary=True)
+    assert "GIT binary patch" in diff and len(diff) < 200_000
+    result = await grade(example_rows["slugify"], diff)
+    assert (result.reward, result.failure_kind) == (0.0, "model")
+    assert result.tampering == [
+        "textkit/zz.py:1101: imports test-framework internals (_pytest.python)"
+    ]

@@ -14,7 +14,7 @@ import pytest
 from coding_agent_rl.datasets.logparse import parse_junit, parse_log
 from coding_agent_rl.grading.channel import read_records
 from coding_agent_rl.grading.expansion import expansion_problem
-from coding_agent_rl.grading.screen import Added, ast_lines, screen_source, screened_files
+from coding_agent_rl.grading.screen import Added, ast_lines, screen, screen_source, screened_files
 from coding_agent_rl.patches.files import filter_patch, patch_paths, split_patch
 
 SEP = "\u2028"
@@ -190,3 +190,22 @@ def test_code_our_parser_cannot_read_is_searched_as_text():
         ["pkg/m.py:2: imports test-framework internals (_pytest.python)"],  # a newer host
     )
     assert screen_source("pkg/m.py", "def f(:\n    return 1\n", Added(whole=True)) == []
+
+
+def test_framework_code_the_file_already_had_is_not_the_agents():
+    """A repository that ships its own pytest plugin: the diff touches another line of it."""
+    pre = "def pytest_configure(config):\n    pass\n\nX = 1\n"
+    post = pre.replace("X = 1", "X = 2")
+    added = Added(numbers={4}, texts={"X = 2"})
+    assert (
+        screen(
+            sources={"pkg/plugin.py": post},
+            added={"pkg/plugin.py": added},
+            pre={"pkg/plugin.py": pre},
+        )
+        == []
+    )
+    assert len(screen({"pkg/plugin.py": post}, {"pkg/plugin.py": added})) == 1  # no pre-image
+    worse = post + "def pytest_configure(config):\n    pass\n"  # a second one, not on an added line
+    got = screen({"pkg/plugin.py": worse}, {"pkg/plugin.py": added}, {"pkg/plugin.py": pre})
+    assert [f.line for f in got] == [5]
