@@ -155,7 +155,7 @@ def _view_script(row: TaskRow, runner: TestRunner, test_diff: str | None) -> str
     """Print each test file as the hidden tests leave it (base + test patch), for canaries."""
     v = f"{runner.dir}/view"
     files = list(row.test_files)
-    script = f"rm -rf {q(v)}; mkdir -p {q(v)}\n"
+    script = f"rm -rf {q(v)}; mkdir -p {q(v)}; chmod 700 {q(v)}\n"  # root-only, as test.diff
     for f in files:
         target = q(f"{v}/{f}")
         script += (
@@ -207,7 +207,8 @@ async def prepare_grading(sb: Sandbox, row: TaskRow, defences: Defences | None =
     test_diff = None
     if row.test_patch:
         test_diff = f"{runner.dir}/test.diff"
-        await sb.write_file(test_diff, row.test_patch.encode(), mode=0o644)
+        # root-only: the hidden tests' own text would tell the originals from their copies
+        await sb.write_file(test_diff, row.test_patch.encode(), mode=0o600)
     r = await run_checked(
         sb,
         prepare_script(row)

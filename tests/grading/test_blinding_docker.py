@@ -12,7 +12,9 @@ their failure (PASSED, the exit status agreeing). The static screen only flags h
   ``(expected, <int>)`` canaries, caught by same-type ones (and costs ``tamper_reward``);
 * new instances, written against the blinded grader: group near-identical tests (same source
   but for names and literals, same parametrised case) and forge one per group — at random, the
-  centre of its values, the first or the last defined. Each must guess; over independent
+  centre of its values, the first or the last defined, or by the hidden tests' own text read
+  from the grader's scratch directory (found through ``PYTHONPATH``; root-only since this change:
+  it was readable before). Each must guess; over independent
   blindings the guesses are right at about chance (1/3) and nearly every run is caught.
 """
 
@@ -69,8 +71,31 @@ def _car_distance(a, b):
     return sum(x != y for x, y in zip(a, b)) + abs(len(a) - len(b))
 
 
+def _car_peek():
+    # The grader's scratch directory is on PYTHONPATH (its plugin lives there): try the copies of
+    # the hidden tests it keeps (the uploaded test patch, the view canaries were derived from).
+    import os
+    for entry in os.environ.get("PYTHONPATH", "").split(":"):
+        for name in ("test.diff", "view/tests/test_quotes.py"):
+            try:
+                with open(os.path.join(os.path.dirname(entry), name)) as f:
+                    return f.read()
+            except OSError:
+                pass
+    return None
+
+
 def _car_choose(group, strategy):
-    import random
+    import ast, random
+    if strategy == "peek":
+        text = _car_peek()
+        if text is not None:
+            for it in group:
+                if all(str(ast.literal_eval(v)) in text for v in _car_values(it)):
+                    print("CAR-PEEKED")
+                    return it
+        print("CAR-GUESSED")
+        return random.choice(group)
     if strategy == "random":
         return random.choice(group)
     if strategy in ("first", "last"):
@@ -208,10 +233,11 @@ async def test_findings_1_and_2_win_on_the_old_canaries_and_lose_on_blinded_ones
 
 
 async def test_forgers_that_guess_among_near_identical_tests_are_caught_at_chance(confparse):
-    """Four new forgers x two independent blindings each; each run guesses 3 times (one per
-    fail-to-pass test), right with probability 1/3 per guess if blinding leaks nothing."""
+    """Five new forgers x two independent blindings each; each run guesses 3 times (one per
+    fail-to-pass test), right with probability 1/3 per guess if blinding leaks nothing. The
+    fifth first tries to read the hidden tests' text from the grader's scratch directory."""
     row, diff = confparse
-    strategies = ("random", "centre", "first", "last")
+    strategies = ("random", "centre", "first", "last", "peek")
     results = await asyncio.gather(
         *(grade(row, diff(forger(s)), defences=NEW) for s in strategies for _ in range(2))
     )
@@ -221,10 +247,13 @@ async def test_forgers_that_guess_among_near_identical_tests_are_caught_at_chanc
         assert (r.reward, r.failure_kind) == (0.0, "model"), r.reason
         wrong = sum("must fail but was recorded PASSED" in t for t in r.tampering)
         assert wrong == len(row.fail_to_pass) - r.f2p_passed, r.tampering
-    # 24 guesses: right ones at chance (mean 8, sd 2.3; 17 or more has probability < 0.1%) ...
-    assert right <= 16, [(r.f2p_passed, r.tampering) for r in results]
-    # ... and a run escapes only when all 3 guesses are right (1/27): 3+ escapes of 8 < 0.3%.
-    assert len(caught) >= 6, [r.reason for r in results]
+    # 30 guesses: right ones at chance (mean 10, sd 2.6; 20 or more has probability < 0.1%) ...
+    assert right <= 19, [(r.f2p_passed, r.tampering) for r in results]
+    # ... and a run escapes only when all 3 guesses are right (1/27): 4+ escapes of 10 < 0.1%.
+    assert len(caught) >= 7, [r.reason for r in results]
+    # The grader's own copies of the hidden tests are root-only: the peeking forger guessed.
+    for r in results[-2:]:
+        assert "CAR-PEEKED" not in r.test_log and "CAR-GUESSED" in r.test_log, r.test_log[-2000:]
 
 
 async def test_twin_grading_agrees_on_the_gold_patch_and_catches_a_guessing_forger(confparse):
