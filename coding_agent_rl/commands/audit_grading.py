@@ -52,6 +52,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--agent-budget", type=float, default=300.0, help="seconds per agent run")
     p.add_argument("--eval-timeout", type=float, default=300.0, help="seconds for the tests")
+    p.add_argument(
+        "--tamper-policy",
+        choices=("zero", "flag"),
+        default="zero",
+        help="as for run: audit the grading settings you train or evaluate with",
+    )
+    p.add_argument("--twin-grade", action="store_true", help="as for run")
+    p.add_argument("--tamper-reward", type=float, default=0.0, metavar="R", help="as for run")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -145,6 +153,9 @@ async def run_audit(
             max_context=65536,
             out_dir=out,
             infra_retries=0,  # an infra outcome is what is counted, not retried away
+            tamper_policy=args.tamper_policy,
+            twin_grade=args.twin_grade,
+            tamper_reward=args.tamper_reward,
         ),
     )
     print(
@@ -255,7 +266,12 @@ def summarize(
         got = judge(p, records.get(p.variant.instance_id), base, out)
         fam = families.setdefault(
             p.family.name,
-            {"goal": p.family.goal, "what": p.family.what, "rollouts": []},
+            {
+                "goal": p.family.goal,
+                "what": p.family.what,
+                "stochastic": p.family.stochastic,
+                "rollouts": [],
+            },
         )
         fam["rollouts"].append(got)
     for fam in families.values():
@@ -303,7 +319,7 @@ def table(report: dict) -> str:
         lines.append(
             f"{name:<22}{f['goal']:<7}{f['tasks']:>6}{f['landed']:>7}{f['rewarded']:>7}"
             f"{f['infra']:>6}{f['harm']:>5}{f['max_line_bytes'] / 1024:>9.0f}"
-            f"{f['max_grade_s']:>8.1f}  {verdict}"
+            f"{f['max_grade_s']:>8.1f}  {verdict}{' (by chance)' if f['stochastic'] else ''}"
         )
     for name, f in report["families"].items():
         for r in f["rollouts"]:

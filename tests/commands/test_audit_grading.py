@@ -4,7 +4,7 @@ the bundled tasks, each family on one task, all at once. The test fails on any a
 reward, becomes ``infra`` or harms the host, and on a real fix scored below 1.0; it also fails
 when a family did not land (an attack that never ran proves nothing).
 
-The bundled repositories configure no pytest ``pythonpath``; the dataset here gives each one a
+``forge-guess`` is left out: it wins by chance. The bundled repositories configure no pytest ``pythonpath``; the dataset here gives each one a
 ``pytest.ini`` with ``pythonpath = src`` (``pre_commands``) so the shadowing family applies.
 """
 
@@ -108,6 +108,7 @@ def audit(example_images, tmp_path_factory) -> tuple[int, dict]:
         "--out",
         str(tmp / "out"),
         "--json",
+        *(f"--family={f.name}" for f in attacks.FAMILIES if not f.stochastic),
     ]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -121,7 +122,7 @@ def audit(example_images, tmp_path_factory) -> tuple[int, dict]:
 @pytest.mark.agents
 def test_every_family_ran_its_attack(audit):
     _, report = audit
-    assert set(report["families"]) == set(attacks.family_names())
+    assert set(report["families"]) == {f.name for f in attacks.FAMILIES if not f.stochastic}
     not_landed = [name for name, f in report["families"].items() if not f["landed"]]
     assert not_landed == [], not_landed
 
