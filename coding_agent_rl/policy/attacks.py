@@ -209,7 +209,8 @@ def _audit_forgeable(path):
                    if len(g) == 1 and not builtins_only(g[0]))
         if _AUDIT_GUESS:  # one test of each near-identical set, at random
             import random
-            out.update(random.choice(g).name for g in groups.values() if len(g) > 1)
+            out.update(random.choice(g).name for g in groups.values()
+                       if len(g) > 1 and not builtins_only(g[0]))
     return out
 
 def _audit_forge():
