@@ -8,8 +8,8 @@ per family the rollouts that got reward, became ``infra`` or harmed the host (a 
 over 1 MiB; for ``harm`` families also grading over 5x and 5 s beyond the task's real fix, or the
 median of the run's real fixes where that task's is not in it); a ``solve`` family counts
 its false negatives (a real fix scored below 1.0). The runner's event loop is watched during the
-run (stall_watch.py): a stall over 2 s (work done inline blocks every rollout) counts too, named
-by the code that blocked. Exit status 1 when any attack succeeded or a real fix was scored
+run (stall_watch.py): a stall over 2 s in grading code (work done inline blocks every rollout)
+counts too, named by the code that blocked. Exit status 1 when any attack succeeded or a real fix was scored
 wrong, 0 otherwise (2: usage error). See docs/attack-audit.md.
 """
 
@@ -32,6 +32,8 @@ from coding_agent_rl.sandbox import BACKENDS
 
 LINE_LIMIT = 1024 * 1024  # a results line over this is host harm
 STALL_LIMIT_S = 2.0  # the runner's event loop blocked this long is host harm
+# Where a stall is the attack's doing: code that handles the agent's diff, files and results.
+GRADING_CODE = ("grading/", "patches/", "rollout/runner.py", "rollout/record.py")
 SLOW_RATIO, SLOW_FLOOR_S = 5.0, 5.0  # a harm family grading this much slower than a real fix
 
 
@@ -248,8 +250,8 @@ def summarize(
     host: dict[str, Any] | None = None,
 ) -> dict:
     """Per family: rollouts, landed, reward > 0, infra, harm, successes; the details. A host
-    event-loop stall over :data:`STALL_LIMIT_S`, other than while the runtime starts, counts as one
-    more success (of the run)."""
+    event-loop stall over :data:`STALL_LIMIT_S` in grading code (:data:`GRADING_CODE`) counts as
+    one more success (of the run)."""
     baseline: dict[str, float] = {}  # task -> grading seconds of its real fix
     times = []
     for p in planned:
@@ -288,9 +290,10 @@ def summarize(
         )
     host = dict(host or {})
     stalls = host.get("stalls") or []
-    for stall in stalls:  # starting the runtime (tokenizer, adapter) is ours, not an attack's
-        stall["startup"] = any(f.startswith("rollout/runtime.py") for f in stall.pop("frames", []))
-    stalled = any(not s["startup"] for s in stalls)
+    for stall in stalls:  # what an attack can make slow: handling its diff, files and results
+        frames = stall.pop("frames", [])
+        stall["counted"] = any(f.startswith(GRADING_CODE) for f in frames)
+    stalled = any(s["counted"] for s in stalls)
     host["stalled"] = stalled
     return {
         "out": str(out),
@@ -329,11 +332,11 @@ def table(report: dict) -> str:
     if host:
         lines.append(
             f"host: longest event-loop stall {host.get('max_stall_s', 0.0):.2f}s"
-            f"{' (while rollouts ran: each of them waited)' if host.get('stalled') else ''},"
+            f"{' (in grading: every other rollout waited)' if host.get('stalled') else ''},"
             f" peak memory {host.get('peak_rss_mb', 0.0):.0f} MB"
         )
         for stall in host.get("stalls") or []:
-            when = "at start-up (not counted)" if stall["startup"] else "COUNTED"
+            when = "COUNTED (grading)" if stall["counted"] else "not counted (not grading)"
             lines.append(f"  stall {stall['seconds']}s {when} in {stall['where']}")
     total = report["successes"]
     lines.append(

@@ -26,6 +26,7 @@ from coding_agent_rl.commands import audit_grading
 from coding_agent_rl.commands.stall_watch import StallWatch
 from coding_agent_rl.datasets.prompt import render_prompt
 from coding_agent_rl.datasets.schema import load_dataset
+from coding_agent_rl.grading.screen import Added, screen_source
 from coding_agent_rl.policy import attacks
 
 PYTHONPATH_INI = "printf '[pytest]\\npythonpath = src\\n' > pytest.ini"
@@ -73,21 +74,36 @@ def test_an_unknown_family_is_a_one_line_usage_error(capsys):
     assert len(err.splitlines()) == 1
 
 
-def test_a_blocked_event_loop_is_measured_and_named():
+def stalls_of(block) -> StallWatch:
+    """Runs ``block()`` inline on a watched event loop."""
+
     async def main() -> StallWatch:
         watch = StallWatch(limit=0.3)
         task = asyncio.ensure_future(watch.run())
         await asyncio.sleep(0.2)
-        time.sleep(0.8)  # work done inline: the loop cannot run
+        block()  # work done inline: the loop cannot run
         await asyncio.sleep(0.2)
         task.cancel()
         return watch
 
-    watch = asyncio.run(main())
+    return asyncio.run(main())
+
+
+def test_a_blocked_event_loop_is_measured_and_named():
+    watch = stalls_of(lambda: time.sleep(0.8))
     assert 0.6 < watch.max_stall_s < 3.0, watch.max_stall_s
     assert [s["seconds"] > 0.6 for s in watch.stalls] == [True]
+    assert watch.stalls[0]["where"] == "outside coding_agent_rl"  # this test's own frame
     report = audit_grading.summarize([], {}, pathlib.Path("out"), {"stalls": watch.stalls})
-    assert report["successes"] == 1 and report["host"]["stalled"]  # not at start-up: counted
+    assert (report["successes"], report["host"]["stalled"]) == (0, False)  # not grading code
+
+
+def test_the_screen_run_inline_on_flat_python_is_a_counted_stall():
+    source = "".join(f"value_{i:07d} = {i}\n" for i in range(150_000))
+    watch = stalls_of(lambda: screen_source("pkg/_table.py", source, Added(whole=True)))
+    assert watch.stalls and "grading/screen.py" in watch.stalls[0]["where"], watch.stalls
+    report = audit_grading.summarize([], {}, pathlib.Path("out"), {"stalls": watch.stalls})
+    assert (report["successes"], report["host"]["stalled"]) == (1, True)
 
 
 @pytest.fixture(scope="module")
