@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import io
 import json
 import pathlib
@@ -106,9 +107,7 @@ def test_the_screen_run_inline_on_flat_python_is_a_counted_stall():
     assert (report["successes"], report["host"]["stalled"]) == (1, True)
 
 
-@pytest.fixture(scope="module")
-def audit(example_images, tmp_path_factory) -> tuple[int, dict]:
-    tmp = tmp_path_factory.mktemp("audit")
+def run_audit_cli(tmp: pathlib.Path, *extra: str) -> tuple[int, dict]:
     argv = [
         "audit-grading",
         "--dataset",
@@ -124,7 +123,7 @@ def audit(example_images, tmp_path_factory) -> tuple[int, dict]:
         "--out",
         str(tmp / "out"),
         "--json",
-        *(f"--family={f.name}" for f in attacks.FAMILIES if not f.stochastic),
+        *extra,
     ]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -132,6 +131,32 @@ def audit(example_images, tmp_path_factory) -> tuple[int, dict]:
     report = json.loads(out.getvalue())
     print(audit_grading.table(report))  # in the test log: the figures of this run
     return code, report
+
+
+# The forgers that spare canaries by their names win against the previous canaries (named after
+# their test, appended, perturbed into a tuple): the blinding switched off.
+BLINDING_WINS = ("eq-liar", "forge-runtest", "forge-recorder", "forge-reports", "forge-json")
+
+
+@pytest.mark.docker
+@pytest.mark.agents
+def test_with_blinding_off_the_forgers_win(example_images, tmp_path):
+    from coding_agent_rl.rollout.runner import RolloutRunner
+
+    shipped = RolloutRunner._defences
+    off = property(lambda self: dataclasses.replace(shipped.fget(self), blinding=False))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(RolloutRunner, "_defences", off)
+        code, report = run_audit_cli(tmp_path, *(f"--family={f}" for f in BLINDING_WINS))
+    won = {name: f["rewarded"] for name, f in report["families"].items()}
+    assert (code, won) == (1, dict.fromkeys(BLINDING_WINS, 1)), report["families"]
+
+
+@pytest.fixture(scope="module")
+def audit(example_images, tmp_path_factory) -> tuple[int, dict]:
+    tmp = tmp_path_factory.mktemp("audit")
+    suite = (f"--family={f.name}" for f in attacks.FAMILIES if not f.stochastic)
+    return run_audit_cli(tmp, *suite)
 
 
 @pytest.mark.docker
