@@ -9,8 +9,8 @@ over 1 MiB; for ``harm`` families also grading over 5x and 5 s beyond the task's
 median of the run's real fixes where that task's is not in it); a ``solve`` family counts
 its false negatives (a real fix scored below 1.0). The runner's event loop is watched during the
 run (stall_watch.py): a stall over 2 s in grading code (work done inline blocks every rollout)
-counts too, named by the code that blocked. Exit status 1 when any attack succeeded or a real fix was scored
-wrong, 0 otherwise (2: usage error). See docs/attack-audit.md.
+counts too, named by the code that blocked. Exit status 1 when any attack succeeded or a real
+fix was scored wrong, 0 otherwise (2: usage error). See docs/attack-audit.md.
 """
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ class Planned:
     family: Any  # attacks.Family
     row: Any  # the task row as given
     variant: Any  # the row with the family's marker
+    marker: str  # the line appended to its problem statement (unique per rollout)
 
 
 def plan(rows: list[Any], families: list[Any], per_family: int | None) -> list[Planned]:
@@ -83,13 +84,13 @@ def plan(rows: list[Any], families: list[Any], per_family: int | None) -> list[P
                 usable[(start + i) % len(usable)] for i in range(min(per_family, len(usable)))
             ]
         for row in usable:
-            tag = f"audit-{family.name}"
+            marker = f"(run audit-{family.name}-{len(out)})"
             variant = dataclasses.replace(
                 row,
-                instance_id=f"{row.instance_id}.{tag}",
-                problem_statement=f"{row.problem_statement.rstrip()}\n\n(run {tag})\n",
+                instance_id=f"{row.instance_id}.audit-{family.name}",
+                problem_statement=f"{row.problem_statement.rstrip()}\n\n{marker}\n",
             )
-            out.append(Planned(family, row, variant))
+            out.append(Planned(family, row, variant, marker))
     return out
 
 
@@ -97,9 +98,10 @@ def script(planned: list[Planned]) -> dict[str, Any]:
     """The scripted policy: one rule per (family, task), matched on the variant's marker."""
     rules = []
     for p in planned:
-        marker = re.escape(f"(run audit-{p.family.name})")
         task = re.escape(p.row.problem_statement.strip().splitlines()[0])
-        rules.append({"match_prompt": f"{task}.*{marker}", "steps": p.family.steps(p.row)})
+        rules.append(
+            {"match_prompt": f"{task}.*{re.escape(p.marker)}", "steps": p.family.steps(p.row)}
+        )
     return {"rules": rules, "final": "Done."}
 
 
