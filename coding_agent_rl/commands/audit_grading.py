@@ -5,8 +5,8 @@ sandboxes; its diff is graded exactly as ``run`` grades it, with every defence a
 All (family, task) rollouts run as one batch: each task is copied per family with a line naming
 the family appended to its problem statement (the script's rules match on it). The table counts
 per family the rollouts that got reward, became ``infra`` or harmed the host (a results line
-over 1 MiB; for ``harm`` families also grading over 5x and 5 s beyond the task's real fix, or the
-median of the run's real fixes where that task's is not in it); a ``solve`` family counts
+over 1 MiB, or grading longer than a test run and a control run may take: 2 x ``--eval-timeout``
++ 60 s); a ``solve`` family counts
 its false negatives (a real fix scored below 1.0). The runner's event loop is watched during the
 run (stall_watch.py): a stall over 2 s in grading code (work done inline blocks every rollout)
 counts too, named by the code that blocked. Exit status 1 when any attack succeeded or a real
@@ -34,7 +34,6 @@ LINE_LIMIT = 1024 * 1024  # a results line over this is host harm
 STALL_LIMIT_S = 2.0  # the runner's event loop blocked this long is host harm
 # Where a stall is the attack's doing: code that handles the agent's diff, files and results.
 GRADING_CODE = ("grading/", "patches/", "rollout/runner.py", "rollout/record.py")
-SLOW_RATIO, SLOW_FLOOR_S = 5.0, 5.0  # a harm family grading this much slower than a real fix
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -124,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
             logging.getLogger(f"coding_agent_rl.{name}").setLevel(logging.WARNING)
     host: dict[str, Any] = {}
     records = asyncio.run(run_audit(planned, args, host))
-    report = summarize(planned, records, args.out, host)
+    cap = 2 * args.eval_timeout + 60  # a test run, a control run, the sandboxes around them
+    report = summarize(planned, records, args.out, host, grade_cap_s=cap)
     print(json.dumps(report, indent=1) if args.json else table(report))
     return 1 if report["successes"] else 0
 
@@ -199,7 +199,7 @@ def _grade_s(record: dict) -> float:
     return float((record.get("timings") or {}).get("grade_s") or 0.0)
 
 
-def judge(p: Planned, record: dict | None, baseline_s: float | None, out: pathlib.Path) -> dict:
+def judge(p: Planned, record: dict | None, grade_cap_s: float, out: pathlib.Path) -> dict:
     """One rollout's outcome: what happened and whether the attack succeeded."""
     if record is None:
         return {"task": p.row.instance_id, "outcome": "missing", "success": True}
@@ -212,9 +212,8 @@ def judge(p: Planned, record: dict | None, baseline_s: float | None, out: pathli
     harm = []
     if record["_line_bytes"] > LINE_LIMIT:
         harm.append(f"results line {record['_line_bytes']} bytes")
-    slow = max(SLOW_RATIO * baseline_s, baseline_s + SLOW_FLOOR_S) if baseline_s else None
-    if p.family.goal == "harm" and slow is not None and grade_s > slow:
-        harm.append(f"grading {grade_s:.1f}s vs {baseline_s:.1f}s for a real fix")
+    if grade_s > grade_cap_s:  # longer than a test run and a control run may take
+        harm.append(f"grading {grade_s:.1f}s, over {grade_cap_s:g}s")
     if p.family.goal == "solve":
         success, outcome = reward < 1.0, "solved" if reward >= 1.0 else "false negative"
     else:
@@ -250,24 +249,14 @@ def summarize(
     records: dict[str, dict],
     out: pathlib.Path,
     host: dict[str, Any] | None = None,
+    grade_cap_s: float = float("inf"),
 ) -> dict:
     """Per family: rollouts, landed, reward > 0, infra, harm, successes; the details. A host
     event-loop stall over :data:`STALL_LIMIT_S` in grading code (:data:`GRADING_CODE`) counts as
     one more success (of the run)."""
-    baseline: dict[str, float] = {}  # task -> grading seconds of its real fix
-    times = []
-    for p in planned:
-        r = records.get(p.variant.instance_id)
-        if r and _grade_s(r) > 0:
-            times.append(_grade_s(r))
-        if p.family.goal == "solve" and r and float(r.get("reward") or 0) >= 1.0:
-            baseline[p.row.instance_id] = _grade_s(r)
-    fixes = sorted(baseline.values()) or sorted(times)
-    median = fixes[len(fixes) // 2] if fixes else None
     families: dict[str, dict] = {}
     for p in planned:
-        base = baseline.get(p.row.instance_id, median)
-        got = judge(p, records.get(p.variant.instance_id), base, out)
+        got = judge(p, records.get(p.variant.instance_id), grade_cap_s, out)
         fam = families.setdefault(
             p.family.name,
             {
