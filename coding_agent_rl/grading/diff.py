@@ -5,7 +5,8 @@ repository borrows the agent's objects (``objects/info/alternates``) and builds 
 the base tree, so nothing the agent wrote into ``.git/config`` (hooks, fsmonitor, filter or diff
 drivers) runs, the agent's index is left as it was, and commits the agent made are still
 diffed against the base. Its ``.gitattributes`` do not count either (an ``info/attributes`` of
-the throwaway repository overrides them): no binary, textconv, eol or filter tricks. New (untracked, not ignored) files are included; the harness's own
+the throwaway repository overrides them): no binary, textconv, eol or filter tricks. New
+(untracked, not ignored) files are included; the harness's own
 files are excluded; a diff over the size cap comes back empty with ``truncated_reason`` set
 ("diff over the N MiB cap ..."): the rollout scores that as the model's failure, never as an
 empty diff.
