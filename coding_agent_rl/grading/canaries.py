@@ -314,7 +314,7 @@ def plan_canaries(
             plan.canaries.append(canary)
     for path, src in parsed.items():
         plan.files[path] = assemble(src, edits[path], extra_funcs[path], extra_methods[path], rng)
-        blinding.names[path] = {b: n for n, b in names[path].items()}
+        blinding.names[path.removeprefix("./")] = {b: n for n, b in names[path].items()}
     for path, text in plain.items():
         if extra_funcs.get(path):
             plan.files[path] = (
