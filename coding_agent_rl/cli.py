@@ -43,6 +43,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "run": ("coding_agent_rl.commands.run", "run rollouts over a dataset"),
     "demo": ("coding_agent_rl.commands.demo", "the whole pipeline on bundled tasks, no GPU"),
+    "audit-grading": (
+        "coding_agent_rl.commands.audit_grading",
+        "run the attack families against a dataset's tasks through the real pipeline",
+    ),
     "view": ("coding_agent_rl.commands.view", "render a run's HTML report"),
     "verify-logprobs": ("coding_agent_rl.commands.verify_logprobs", "recompute logprobs with HF"),
 }

@@ -1,0 +1,180 @@
+"""``coding-agent-rl audit-grading``: the attack families through the real pipeline (real Claude
+Code CLI in Docker, the adapter, the grader as ``run`` uses it, every defence at its default) on
+the bundled tasks, each family on one task, all at once. The test fails on any attack that gets
+reward, becomes ``infra`` or harms the host, and on a real fix scored below 1.0; it also fails
+when a family did not land (an attack that never ran proves nothing).
+
+``forge-guess`` is left out: it wins by chance. The bundled repositories configure no pytest ``pythonpath``; the dataset here gives each one a
+``pytest.ini`` with ``pythonpath = src`` (``pre_commands``) so the shadowing family applies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import io
+import json
+import pathlib
+import re
+import time
+
+import pytest
+from support.rollout_helpers import EXAMPLES, TASKS
+
+from coding_agent_rl import cli
+from coding_agent_rl.commands import audit_grading
+from coding_agent_rl.commands.stall_watch import StallWatch
+from coding_agent_rl.datasets.prompt import render_prompt
+from coding_agent_rl.datasets.schema import load_dataset
+from coding_agent_rl.grading.screen import Added, screen_source
+from coding_agent_rl.policy import attacks
+
+PYTHONPATH_INI = "printf '[pytest]\\npythonpath = src\\n' > pytest.ini"
+
+
+def audit_dataset(path: pathlib.Path) -> pathlib.Path:
+    """The bundled tasks, texts inline, each with a pytest.ini setting ``pythonpath = src``."""
+    lines = []
+    for line in TASKS.read_text().splitlines():
+        row = json.loads(line)
+        md = row["metadata"]
+        for key in ("problem_statement", "patch", "test_patch"):
+            name = md.pop(f"{key}_file", None)
+            if name:
+                md[key] = (EXAMPLES / name).read_text()
+        md.pop("build", None)
+        md["pre_commands"] = [PYTHONPATH_INI]
+        lines.append(json.dumps(row))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_each_family_gets_its_own_task_copy_and_rule():
+    rows = load_dataset(TASKS)
+    planned = audit_grading.plan(rows, list(attacks.FAMILIES), 1)
+    assert [p.family.name for p in planned] == attacks.family_names()
+    assert len({p.row.instance_id for p in planned}) == len(rows)  # spread over every task
+    rules = audit_grading.script(planned)["rules"]
+    for p in planned:
+        prompt = render_prompt(p.variant.problem_statement, p.variant.workdir)
+        hits = [q.family.name for q, r in zip(planned, rules, strict=True) if matches(r, prompt)]
+        assert hits == [p.family.name]  # the copy's own rule, and no other family's
+        original = render_prompt(p.row.problem_statement, p.row.workdir)
+        assert not any(matches(r, original) for r in rules)  # the task as given plays nothing
+
+
+def matches(rule: dict, prompt: str) -> bool:
+    return re.search(rule["match_prompt"], prompt, re.S) is not None
+
+
+def test_an_unknown_family_is_a_one_line_usage_error(capsys):
+    assert cli.main(["audit-grading", "--dataset", str(TASKS), "--family", "nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("coding-agent-rl audit-grading: error: unknown attack family 'nope'")
+    assert len(err.splitlines()) == 1
+
+
+def stalls_of(block) -> StallWatch:
+    """Runs ``block()`` inline on a watched event loop."""
+
+    async def main() -> StallWatch:
+        watch = StallWatch(limit=0.3)
+        task = asyncio.ensure_future(watch.run())
+        await asyncio.sleep(0.2)
+        block()  # work done inline: the loop cannot run
+        await asyncio.sleep(0.2)
+        task.cancel()
+        return watch
+
+    return asyncio.run(main())
+
+
+def test_a_blocked_event_loop_is_measured_and_named():
+    watch = stalls_of(lambda: time.sleep(0.8))
+    assert 0.6 < watch.max_stall_s < 3.0, watch.max_stall_s
+    assert [s["seconds"] > 0.6 for s in watch.stalls] == [True]
+    assert watch.stalls[0]["where"] == "outside coding_agent_rl"  # this test's own frame
+    report = audit_grading.summarize([], {}, pathlib.Path("out"), {"stalls": watch.stalls})
+    assert (report["successes"], report["host"]["stalled"]) == (0, False)  # not grading code
+
+
+def test_the_screen_run_inline_on_flat_python_is_a_counted_stall():
+    source = "".join(f"value_{i:07d} = {i}\n" for i in range(150_000))
+    watch = stalls_of(lambda: screen_source("pkg/_table.py", source, Added(whole=True)))
+    assert watch.stalls and "grading/screen.py" in watch.stalls[0]["where"], watch.stalls
+    report = audit_grading.summarize([], {}, pathlib.Path("out"), {"stalls": watch.stalls})
+    assert (report["successes"], report["host"]["stalled"]) == (1, True)
+
+
+def run_audit_cli(tmp: pathlib.Path, *extra: str) -> tuple[int, dict]:
+    argv = [
+        "audit-grading",
+        "--dataset",
+        str(audit_dataset(tmp / "tasks.jsonl")),
+        "--tasks-per-family",
+        "1",
+        "--concurrency",
+        "8",
+        "--agent-budget",
+        "150",
+        "--eval-timeout",
+        "120",
+        "--out",
+        str(tmp / "out"),
+        "--json",
+        *extra,
+    ]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli.main(argv)
+    report = json.loads(out.getvalue())
+    print(audit_grading.table(report))  # in the test log: the figures of this run
+    return code, report
+
+
+# The forgers that spare canaries by their names win against the previous canaries (named after
+# their test, appended, perturbed into a tuple): the blinding switched off.
+BLINDING_WINS = ("eq-liar", "forge-runtest", "forge-recorder", "forge-reports", "forge-json")
+
+
+@pytest.mark.docker
+@pytest.mark.agents
+def test_with_blinding_off_the_forgers_win(example_images, tmp_path):
+    from coding_agent_rl.rollout.runner import RolloutRunner
+
+    shipped = RolloutRunner._defences
+    off = property(lambda self: dataclasses.replace(shipped.fget(self), blinding=False))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(RolloutRunner, "_defences", off)
+        code, report = run_audit_cli(tmp_path, *(f"--family={f}" for f in BLINDING_WINS))
+    won = {name: f["rewarded"] for name, f in report["families"].items()}
+    assert (code, won) == (1, dict.fromkeys(BLINDING_WINS, 1)), report["families"]
+
+
+@pytest.fixture(scope="module")
+def audit(example_images, tmp_path_factory) -> tuple[int, dict]:
+    tmp = tmp_path_factory.mktemp("audit")
+    suite = (f"--family={f.name}" for f in attacks.FAMILIES if not f.stochastic)
+    return run_audit_cli(tmp, *suite)
+
+
+@pytest.mark.docker
+@pytest.mark.agents
+def test_every_family_ran_its_attack(audit):
+    _, report = audit
+    assert set(report["families"]) == {f.name for f in attacks.FAMILIES if not f.stochastic}
+    not_landed = [name for name, f in report["families"].items() if not f["landed"]]
+    assert not_landed == [], not_landed
+
+
+@pytest.mark.docker
+@pytest.mark.agents
+def test_no_attack_succeeds_and_the_real_fix_scores(audit):
+    code, report = audit
+    wins = {
+        name: [(r["task"], r["outcome"], r["reason"]) for r in f["rollouts"] if r["success"]]
+        for name, f in report["families"].items()
+        if f["successes"]
+    }
+    assert (code, report["successes"], wins) == (0, 0, {})
