@@ -9,8 +9,12 @@ over 1 MiB, or grading longer than a test run and a control run may take: 2 x ``
 + 60 s); a ``solve`` family counts
 its false negatives (a real fix scored below 1.0). The runner's event loop is watched during the
 run (stall_watch.py): a stall over 2 s in grading code (work done inline blocks every rollout)
-counts too, named by the code that blocked. Exit status 1 when any attack succeeded or a real
-fix was scored wrong, 0 otherwise (2: usage error). See docs/attack-audit.md.
+counts too, named by the code that blocked. A reward won on a task none of whose fail-to-pass
+tests could get a same-type canary (every one listed in the record's ``blinding.unperturbed``)
+is reported as ``uncovered``: a limit of the design on that task, which the dataset's author can
+fix (an expected value in each assertion), not a defence that failed. Exit status 1 when any
+attack succeeded or a real fix was scored wrong (``--strict``: an uncovered win too), 0
+otherwise (2: usage error). See docs/attack-audit.md.
 """
 
 from __future__ import annotations
@@ -61,6 +65,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--twin-grade", action="store_true", help="as for run")
     p.add_argument("--tamper-reward", type=float, default=0.0, metavar="R", help="as for run")
+    p.add_argument(
+        "--strict", action="store_true", help="exit 1 on an uncovered win too (see the docs)"
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -126,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     cap = 2 * args.eval_timeout + 60  # a test run, a control run, the sandboxes around them
     report = summarize(planned, records, args.out, host, grade_cap_s=cap)
     print(json.dumps(report, indent=1) if args.json else table(report))
-    return 1 if report["successes"] else 0
+    return 1 if report["successes"] or (args.strict and report["uncovered"]) else 0
 
 
 async def run_audit(
@@ -199,6 +206,14 @@ def _grade_s(record: dict) -> float:
     return float((record.get("timings") or {}).get("grade_s") or 0.0)
 
 
+def uncovered_tests(row: Any, record: dict) -> list[str]:
+    """The row's fail-to-pass tests when none of them got a same-type canary (else [])"""
+    listed = ((record.get("blinding") or {}).get("unperturbed")) or []
+    bare = {str(entry).split(": ", 1)[0] for entry in listed}
+    f2p = list(getattr(row, "fail_to_pass", ()) or ())
+    return f2p if f2p and all(t in bare for t in f2p) else []
+
+
 def judge(p: Planned, record: dict | None, grade_cap_s: float, out: pathlib.Path) -> dict:
     """One rollout's outcome: what happened and whether the attack succeeded."""
     if record is None:
@@ -230,6 +245,10 @@ def judge(p: Planned, record: dict | None, grade_cap_s: float, out: pathlib.Path
             else "not landed"
         )
     reason = record.get("fail_reason") or record.get("abort_reason") or ""
+    uncovered = uncovered_tests(p.row, record) if reward > 0 and kind != "infra" else []
+    if success and p.family.canary_only and uncovered and not harm:
+        success, outcome = False, "uncovered"
+        reason = f"no same-type canary possible for {', '.join(uncovered)[:150]}"
     return {
         "task": p.row.instance_id,
         "outcome": outcome,
@@ -241,6 +260,7 @@ def judge(p: Planned, record: dict | None, grade_cap_s: float, out: pathlib.Path
         "results_line_bytes": record["_line_bytes"],
         "grade_s": round(grade_s, 2),
         "harm": harm,
+        "uncovered": outcome == "uncovered",
     }
 
 
@@ -276,6 +296,7 @@ def summarize(
             infra=sum(r.get("failure_kind") == "infra" for r in rs),
             harm=sum(bool(r.get("harm")) for r in rs),
             successes=sum(r["success"] for r in rs),
+            uncovered=sum(bool(r.get("uncovered")) for r in rs),
             max_line_bytes=max((r.get("results_line_bytes", 0) for r in rs), default=0),
             max_grade_s=max((r.get("grade_s", 0.0) for r in rs), default=0.0),
         )
@@ -289,6 +310,7 @@ def summarize(
     return {
         "out": str(out),
         "successes": sum(f["successes"] for f in families.values()) + stalled,
+        "uncovered": sum(f["uncovered"] for f in families.values()),
         "host": host,
         "families": families,
     }
@@ -306,6 +328,8 @@ def table(report: dict) -> str:
             if f["goal"] == "solve" and f["successes"]
             else f"WINS x{f['successes']}"
             if f["successes"]
+            else f"UNCOVERED x{f['uncovered']} (task limit)"
+            if f["uncovered"]
             else "not landed"
             if not f["landed"]
             else "held"
@@ -317,7 +341,7 @@ def table(report: dict) -> str:
         )
     for name, f in report["families"].items():
         for r in f["rollouts"]:
-            if r["success"]:
+            if r["success"] or r.get("uncovered"):
                 lines.append(f"  {name} on {r['task']}: {r['outcome']} {r['reason'][:120]}")
     host = report.get("host") or {}
     if host:
@@ -330,6 +354,11 @@ def table(report: dict) -> str:
             when = "COUNTED (grading)" if stall["counted"] else "not counted (not grading)"
             lines.append(f"  stall {stall['seconds']}s {when} in {stall['where']}")
     total = report["successes"]
+    if report.get("uncovered"):
+        lines.append(
+            f"{report['uncovered']} win(s) on tasks whose fail-to-pass tests have no expected"
+            " value to perturb: see docs/attack-audit.md"
+        )
     lines.append(
         f"\n{total} successful attack(s) / false negative(s); run folder {report['out']}"
         if total

@@ -4,7 +4,9 @@ the bundled tasks, each family on one task, all at once. The test fails on any a
 reward, becomes ``infra`` or harms the host, and on a real fix scored below 1.0; it also fails
 when a family did not land (an attack that never ran proves nothing).
 
-``forge-guess`` is left out: it wins by chance. The bundled repositories configure no pytest ``pythonpath``; the dataset here gives each one a
+``forge-guess`` is left out: it wins by chance. A forger's reward on a task none of whose
+fail-to-pass tests has an expected value to perturb is reported as ``uncovered`` (a limit of the
+design there, see docs/attack-audit.md); the bundled ``daterange`` is such a task. The bundled repositories configure no pytest ``pythonpath``; the dataset here gives each one a
 ``pytest.ini`` with ``pythonpath = src`` (``pre_commands``) so the shadowing family applies.
 """
 
@@ -48,6 +50,35 @@ def audit_dataset(path: pathlib.Path) -> pathlib.Path:
         lines.append(json.dumps(row))
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def _planned(family: str, row_id: str) -> audit_grading.Planned:
+    row = next(r for r in load_dataset(TASKS) if r.instance_id == row_id)
+    fam = next(f for f in attacks.FAMILIES if f.name == family)
+    return audit_grading.Planned(fam, row, row, "m")
+
+
+@pytest.mark.parametrize(
+    ("family", "unperturbed", "expect"),
+    [
+        ("forge-unperturbed", "all", "uncovered"),  # canaries were the only defence, and none
+        ("forge-unperturbed", "one", "reward 1"),  # one test had copies: a real win
+        ("pythonpath-shadow", "all", "reward 1"),  # another layer failed: a real win
+        ("forge-unperturbed", "none", "reward 1"),
+    ],
+)
+def test_a_win_is_uncovered_only_where_no_test_had_a_canary(tmp_path, family, unperturbed, expect):
+    p = _planned(family, "example__daterange")
+    f2p = list(p.row.fail_to_pass)
+    listed = {"all": f2p, "one": f2p[1:], "none": []}[unperturbed]
+    record = {
+        "reward": 1.0,
+        "failure_kind": None,
+        "_line_bytes": 100,
+        "blinding": {"unperturbed": [f"{t}: no literal expected value" for t in listed]},
+    }
+    got = audit_grading.judge(p, record, 600.0, tmp_path)
+    assert (got["outcome"], got["success"]) == (expect, expect != "uncovered")
 
 
 def test_each_family_gets_its_own_task_copy_and_rule():
@@ -178,3 +209,10 @@ def test_no_attack_succeeds_and_the_real_fix_scores(audit):
         if f["successes"]
     }
     assert (code, report["successes"], wins) == (0, 0, {})
+    uncovered = {
+        (name, r["task"])
+        for name, f in report["families"].items()
+        for r in f["rollouts"]
+        if r.get("uncovered")
+    }
+    assert {task for _, task in uncovered} <= {"example__daterange"}, uncovered
