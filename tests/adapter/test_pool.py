@@ -240,6 +240,7 @@ def test_a_killed_parent_leaves_no_adapter_process():
     finally:
         parent.kill()
         parent.wait()
+        parent.stdout.close()
 
 
 def test_a_pool_needs_a_tokenizer_spec_and_a_process(tokenizer):

@@ -241,6 +241,7 @@ def test_gc_removes_what_a_crashed_run_left(tmp_path):
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        proc.stdout.close()
     disks = list((disk_dir() / run_id).glob("*/mnt"))
     assert len(disks) == 1 and os.path.ismount(disks[0])
     assert len(engine.list_containers(run_id)) == 1
