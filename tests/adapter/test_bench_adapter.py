@@ -79,6 +79,7 @@ def test_bench_adapter_capacity_with_the_scripted_policy(capsys):
     assert cli.main(["bench", "adapter", *args]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["policy"] == "scripted" and "direct" not in result
+    assert result["baseline"]["kind"] == "none"
     assert result["recorded_turns"] == 4 and result["recorded_fraction"] == 1.0
 
 

@@ -41,6 +41,32 @@ async def raw_request(url: str, head: str, body: bytes = b"", wait: float = 3.0)
         writer.close()
 
 
+async def replies_before_and_after_the_body(url: str, head: str, size: int) -> tuple[bytes, bytes]:
+    """Send ``head``; what came back within 2 s; then send the ``size``-byte body it announced;
+    what came back after it. A server that waits for the body before refusing answers only
+    after it: it read the whole body first."""
+    parts = urllib.parse.urlsplit(url)
+    reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
+    try:
+        writer.write(head.encode())
+        await writer.drain()
+        try:
+            before = await asyncio.wait_for(reader.read(65536), 2.0)
+        except asyncio.TimeoutError:
+            before = b""
+        after = b""
+        if not before:
+            chunk = b"x" * (1 << 20)
+            for _ in range(size >> 20):
+                writer.write(chunk)
+                await writer.drain()
+            after = await asyncio.wait_for(reader.read(65536), 60)
+        return before, after
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
 def big_head(path: str, key: str | None, length: int = FIFTY_MIB) -> str:
     auth = f"Authorization: Bearer {key}\r\n" if key else ""
     return (
@@ -64,7 +90,11 @@ async def test_no_body_is_read_before_the_session_is_authenticated(scripted_stac
 
     monkeypatch.setattr(handler_mod.TurnHandler, "admit_and_read", read_first)
     adapter.handler.max_body = 64 << 20  # the limit before it followed the context
-    assert await raw_request(url, big_head("/v1/messages", None), wait=2.0) == b""
+    before, after = await replies_before_and_after_the_body(
+        url, big_head("/v1/messages", None), FIFTY_MIB
+    )
+    # No answer while the body was due; the refusal came once all 50 MiB had been read.
+    assert before == b"" and after.startswith(b"HTTP/1.1 4"), after[:200]
 
 
 async def test_a_body_over_the_limit_is_refused_unread_with_413(scripted_stack, monkeypatch):
@@ -91,7 +121,10 @@ async def test_a_body_over_the_limit_is_refused_unread_with_413(scripted_stack, 
 
     # Defence off (a limit above the announced size): the server waits for the body instead.
     adapter.handler.max_body = over + (64 << 20)
-    assert await raw_request(url, big_head("/v1/messages", "s1", over), wait=2.0) == b""
+    before, after = await replies_before_and_after_the_body(
+        url, big_head("/v1/messages", "s1", over), over
+    )
+    assert before == b"" and after.startswith(b"HTTP/1.1 4"), after[:200]  # read it all
 
 
 @pytest.mark.parametrize(
@@ -172,8 +205,15 @@ async def test_requests_in_flight_are_capped_per_session(scripted_stack, monkeyp
         await asyncio.sleep(0.01)
     status, _, text = await post(f"{url}/v1/messages", ANTHROPIC)
     assert status == 429 and "in flight" in text
+    # Defence off (no cap): a third request is taken in while two are in flight.
+    free = adapter.sessions.authenticate("s1")
+    free.config = dataclasses.replace(free.config, max_in_flight=None)
+    third = asyncio.create_task(post(f"{url}/v1/messages", ANTHROPIC))
+    while adapter.sessions.in_flight("s1") < 3 and not third.done():
+        await asyncio.sleep(0.01)
+    assert adapter.sessions.in_flight("s1") == 3
     release.set()
-    assert [(await t)[0] for t in first] == [200, 200]
+    assert [(await t)[0] for t in (*first, third)] == [200, 200, 200]
 
 
 async def test_one_sessions_garbage_does_not_disturb_another(scripted_stack):
