@@ -170,6 +170,7 @@ def netns():
     finally:
         proc.kill()
         proc.wait()
+        proc.stdout.close()
 
 
 async def test_a_socket_inside_a_namespace_is_served_by_the_sessions_process(policy_url, netns):
