@@ -100,14 +100,22 @@ async def test_deleting_tests_is_ignored_and_a_real_fix_still_counts(example_row
     assert result.p2p_passed == result.p2p_total > 0
 
 
-async def test_creating_the_hidden_test_file_in_advance(example_rows, make_diff):
+async def test_creating_the_hidden_test_file_in_advance(example_rows, make_diff, monkeypatch):
+    """No switch lets this one win: the hidden tests are written over the file whatever the
+    agent left there (the file is put back to the base before the test patch applies). The off
+    run shows that this, not the protected-path filter, is what stops it."""
     row = example_rows["pager"]
     fake = "\n".join(
         f"def {t.split('::')[1].split('[')[0]}(*a):\n    pass\n" for t in row.fail_to_pass
     )
-    result = await grade(row, make_diff("pager", {"tests/test_pages.py": fake}))
+    hack = make_diff("pager", {"tests/test_pages.py": fake})
+    result = await grade(row, hack)
     assert (result.reward, result.failure_kind) == (0.0, "model")
     assert result.protected_paths_touched == ["tests/test_pages.py"]
+    monkeypatch.setattr(grade_mod, "protected_patterns", lambda row, extra=(): [])
+    off = await grade(row, hack, defences=ROUND_1)
+    assert off.reward == 0.0 and off.protected_paths_touched == []
+    assert all(off.tests[t] == "FAILED" for t in row.fail_to_pass), off.tests
 
 
 def fixed_buffer_pyc(row, tmp_path) -> bytes:
