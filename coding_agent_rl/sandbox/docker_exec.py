@@ -56,14 +56,15 @@ class ExecRun:
 
 
 def _close(stream: Any) -> None:
-    """Shut the exec's socket down, then close the HTTP response that still holds it."""
+    """Shut the exec's socket down, then close the raw HTTP response that still holds it. Not
+    ``Response.close()``: that would hand the hijacked connection back to the pool."""
     try:
         stream.close()
     except OSError:
         pass  # already gone
     response = getattr(stream, "_response", None)  # docker.types.CancellableStream's
     if response is not None:
-        response.close()
+        response.raw.close()
 
 
 def run_exec(
