@@ -50,14 +50,13 @@ def build_base_image(
     from coding_agent_rl.images.rootfs import build_base
 
     rootfs = build_base(name, rebuild=rebuild, mirror=mirror).root
-    tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-    imp = subprocess.run(
-        ["docker", "import", "--change", 'CMD ["/bin/bash"]', "-", name],
-        stdin=tar.stdout,
-        capture_output=True,
-        text=True,
-    )
-    tar.wait()
+    with subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE) as tar:
+        imp = subprocess.run(
+            ["docker", "import", "--change", 'CMD ["/bin/bash"]', "-", name],
+            stdin=tar.stdout,
+            capture_output=True,
+            text=True,
+        )
     if imp.returncode != 0 or tar.returncode != 0:
         raise ImageBuildError(f"docker import failed: {imp.stderr[-2000:]}")
     return name

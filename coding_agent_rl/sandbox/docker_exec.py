@@ -32,7 +32,15 @@ class ExecRun:
             self._stream = stream
             cancelled = self._cancelled
         if cancelled:
-            stream.close()
+            _close(stream)
+
+    def detach(self) -> None:
+        """The stream is read to its end: close its connection (the SDK leaves that to the
+        garbage collector)."""
+        with self._lock:
+            stream, self._stream = self._stream, None
+        if stream is not None:
+            _close(stream)
 
     def cancel(self) -> None:
         """Stop reading (closes the connection, which unblocks the reader thread)."""
@@ -40,11 +48,23 @@ class ExecRun:
             self._cancelled = True
             stream = self._stream
         if stream is not None:
-            stream.close()
+            _close(stream)
 
     @property
     def cancelled(self) -> bool:
         return self._cancelled
+
+
+def _close(stream: Any) -> None:
+    """Shut the exec's socket down, then close the raw HTTP response that still holds it. Not
+    ``Response.close()``: that would hand the hijacked connection back to the pool."""
+    try:
+        stream.close()
+    except OSError:
+        pass  # already gone
+    response = getattr(stream, "_response", None)  # docker.types.CancellableStream's
+    if response is not None:
+        response.raw.close()
 
 
 def run_exec(
@@ -77,11 +97,14 @@ def run_exec(
         run.started = True  # from here on the command may be running
         stream = api.exec_start(created["Id"], stream=True, demux=True)
         run.attach(stream)
-        for out, err in stream:
-            if out:
-                run.out.append(out)
-            if err:
-                run.err.append(err)
+        try:
+            for out, err in stream:
+                if out:
+                    run.out.append(out)
+                if err:
+                    run.err.append(err)
+        finally:
+            run.detach()
         polls = 0
         while True:
             info = api.exec_inspect(created["Id"])

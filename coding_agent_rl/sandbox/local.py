@@ -198,7 +198,11 @@ class LocalSandbox(Sandbox):
         with os.fdopen(read_fd, "rb") as info:
             raw = info.read()
         if not raw:
-            err = self._holder.stderr.read().decode(errors="replace") if self._holder.stderr else ""
+            holder = self._holder
+            err = holder.stderr.read().decode(errors="replace") if holder.stderr else ""
+            holder.wait()  # it failed: reap it
+            if holder.stderr:
+                holder.stderr.close()
             raise SandboxCreateError(f"bwrap failed to start: {err.strip()}")
         self._holder_pid = json.loads(raw)["child-pid"]
         self._pidns_fd = os.open(f"/proc/{self._holder_pid}/ns/pid", os.O_RDONLY)
@@ -240,8 +244,11 @@ class LocalSandbox(Sandbox):
         )
 
     async def _destroy(self) -> None:
-        if self._holder is not None and self._holder.poll() is None:
-            await asyncio.to_thread(self._stop_holder)
+        if self._holder is not None:
+            if self._holder.poll() is None:
+                await asyncio.to_thread(self._stop_holder)
+            if self._holder.stderr:
+                self._holder.stderr.close()
         if self._pidns_fd >= 0:
             os.close(self._pidns_fd)
             self._pidns_fd = -1

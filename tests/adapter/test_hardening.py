@@ -7,6 +7,7 @@ done, and must then get further: that shows the test sees the attack and the def
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 import urllib.parse
@@ -40,6 +41,32 @@ async def raw_request(url: str, head: str, body: bytes = b"", wait: float = 3.0)
         writer.close()
 
 
+async def replies_before_and_after_the_body(url: str, head: str, size: int) -> tuple[bytes, bytes]:
+    """Send ``head``; what came back within 2 s; then send the ``size``-byte body it announced;
+    what came back after it. A server that waits for the body before refusing answers only
+    after it: it read the whole body first."""
+    parts = urllib.parse.urlsplit(url)
+    reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
+    try:
+        writer.write(head.encode())
+        await writer.drain()
+        try:
+            before = await asyncio.wait_for(reader.read(65536), 2.0)
+        except asyncio.TimeoutError:
+            before = b""
+        after = b""
+        if not before:
+            chunk = b"x" * (1 << 20)
+            for _ in range(size >> 20):
+                writer.write(chunk)
+                await writer.drain()
+            after = await asyncio.wait_for(reader.read(65536), 60)
+        return before, after
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
 def big_head(path: str, key: str | None, length: int = FIFTY_MIB) -> str:
     auth = f"Authorization: Bearer {key}\r\n" if key else ""
     return (
@@ -63,7 +90,11 @@ async def test_no_body_is_read_before_the_session_is_authenticated(scripted_stac
 
     monkeypatch.setattr(handler_mod.TurnHandler, "admit_and_read", read_first)
     adapter.handler.max_body = 64 << 20  # the limit before it followed the context
-    assert await raw_request(url, big_head("/v1/messages", None), wait=2.0) == b""
+    before, after = await replies_before_and_after_the_body(
+        url, big_head("/v1/messages", None), FIFTY_MIB
+    )
+    # No answer while the body was due; the refusal came once all 50 MiB had been read.
+    assert before == b"" and after.startswith(b"HTTP/1.1 4"), after[:200]
 
 
 @pytest.mark.parametrize(
@@ -111,7 +142,10 @@ async def test_a_body_over_the_limit_is_refused_unread_with_413(scripted_stack, 
 
     # Defence off (a limit above the announced size): the server waits for the body instead.
     adapter.handler.max_body = over + (64 << 20)
-    assert await raw_request(url, big_head("/v1/messages", "s1", over), wait=2.0) == b""
+    before, after = await replies_before_and_after_the_body(
+        url, big_head("/v1/messages", "s1", over), over
+    )
+    assert before == b"" and after.startswith(b"HTTP/1.1 4"), after[:200]  # read it all
 
 
 @pytest.mark.parametrize(
@@ -138,15 +172,19 @@ async def test_keys_are_128_random_bits_and_near_misses_fail(scripted_stack):
 
 
 async def test_request_rate_is_capped_per_session_with_a_retry_hint(scripted_stack):
+    """A bucket of 3 that refills by one request every 1000 s: no wall-clock race on a loaded
+    machine. The refill is shown by moving the bucket's clock back, not by waiting."""
     from coding_agent_rl.adapter.sessions import SessionConfig
 
+    rate = 0.001
     adapter, _, url = await scripted_stack(
-        {"steps": []}, session_defaults=SessionConfig(rate=2.0, burst=3)
+        {"steps": []}, session_defaults=SessionConfig(rate=rate, burst=3)
     )
     adapter.sessions.open("fast")
     adapter.sessions.open("calm")
+    fast = adapter.sessions.authenticate("fast")
     statuses = [(await post(f"{url}/v1/messages", ANTHROPIC, sid="fast"))[0] for _ in range(6)]
-    assert statuses[:3] == [200, 200, 200] and set(statuses[3:]) == {429}
+    assert statuses == [200, 200, 200, 429, 429, 429]
     reply = await raw_request(
         url,
         big_head("/v1/messages", "fast", len(json.dumps(ANTHROPIC))),
@@ -154,10 +192,18 @@ async def test_request_rate_is_capped_per_session_with_a_retry_hint(scripted_sta
     )
     assert reply.startswith(b"HTTP/1.1 429") and b"retry-after:" in reply.lower()
     assert b"x-should-retry: true" in reply.lower()
-    # Another session is not affected; the fast one recovers at the configured rate.
+    # Another session is not affected; the fast one recovers once a token's time has passed.
     assert (await post(f"{url}/v1/messages", ANTHROPIC, sid="calm"))[0] == 200
-    await asyncio.sleep(1.0)
+    fast.refilled -= 1 / rate
     assert (await post(f"{url}/v1/messages", ANTHROPIC, sid="fast"))[0] == 200
+    assert (await post(f"{url}/v1/messages", ANTHROPIC, sid="fast"))[0] == 429
+
+    # Defence off (no rate): the same burst is served whole.
+    adapter.sessions.open("free")
+    free = adapter.sessions.authenticate("free")
+    free.config = dataclasses.replace(free.config, rate=None)
+    statuses = [(await post(f"{url}/v1/messages", ANTHROPIC, sid="free"))[0] for _ in range(6)]
+    assert statuses == [200] * 6
 
 
 async def test_requests_in_flight_are_capped_per_session(scripted_stack, monkeypatch):
@@ -180,8 +226,15 @@ async def test_requests_in_flight_are_capped_per_session(scripted_stack, monkeyp
         await asyncio.sleep(0.01)
     status, _, text = await post(f"{url}/v1/messages", ANTHROPIC)
     assert status == 429 and "in flight" in text
+    # Defence off (no cap): a third request is taken in while two are in flight.
+    free = adapter.sessions.authenticate("s1")
+    free.config = dataclasses.replace(free.config, max_in_flight=None)
+    third = asyncio.create_task(post(f"{url}/v1/messages", ANTHROPIC))
+    while adapter.sessions.in_flight("s1") < 3 and not third.done():
+        await asyncio.sleep(0.01)
+    assert adapter.sessions.in_flight("s1") == 3
     release.set()
-    assert [(await t)[0] for t in first] == [200, 200]
+    assert [(await t)[0] for t in (*first, third)] == [200, 200, 200]
 
 
 async def test_one_sessions_garbage_does_not_disturb_another(scripted_stack):

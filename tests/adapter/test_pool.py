@@ -170,6 +170,7 @@ def netns():
     finally:
         proc.kill()
         proc.wait()
+        proc.stdout.close()
 
 
 async def test_a_socket_inside_a_namespace_is_served_by_the_sessions_process(policy_url, netns):
@@ -240,6 +241,7 @@ def test_a_killed_parent_leaves_no_adapter_process():
     finally:
         parent.kill()
         parent.wait()
+        parent.stdout.close()
 
 
 def test_a_pool_needs_a_tokenizer_spec_and_a_process(tokenizer):

@@ -178,14 +178,19 @@ async def test_client_timeout_in_json_mode_aborts_sglang_stand_in(stand_in_stack
 
 async def test_client_gone_after_generation_is_not_recorded(stand_in_stack, renderer):
     """The reply is ready but the client already left: 499, no turn (and nothing to abort)."""
-    stand_in = SGLangStandIn(ids_of(renderer, "done"), delay_s=1.5)
+    stand_in = SGLangStandIn(ids_of(renderer, "done"), delay_s=3.0)
     adapter, url = await stand_in_stack(stand_in, poll_s=30.0)  # the wait loop won't notice
-    with pytest.raises(asyncio.TimeoutError):
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.5)) as http:
-            await http.post(f"{url}/v1/messages", json=BODY, headers={"Authorization": "Bearer s1"})
-    await asyncio.sleep(2.0)
+    async with aiohttp.ClientSession() as http:
+        request = asyncio.ensure_future(
+            http.post(f"{url}/v1/messages", json=BODY, headers={"Authorization": "Bearer s1"})
+        )
+        while not stand_in.generate_calls and not request.done():  # it reached SGLang ...
+            await asyncio.sleep(0.01)
+        request.cancel()  # ... and the client leaves before the reply is ready
+        with pytest.raises(asyncio.CancelledError):
+            await request
+    assert (await recorded(adapter, "s1")) == []  # once the handler is done with the reply
     assert len(stand_in.generate_calls) == 1 and stand_in.aborted == []
-    assert (await recorded(adapter, "s1")) == []
 
 
 @pytest.mark.parametrize("wire", ["messages-json", "responses-stream"])
@@ -281,7 +286,7 @@ async def test_sglang_client_retries_until_the_server_is_up(renderer):
 async def test_sglang_client_timeout_sends_abort(renderer):
     stand_in = SGLangStandIn(ids_of(renderer, "x"), hold=True)
     url = await stand_in.start()
-    client = SGLangClient(url, timeout_s=0.5)
+    client = SGLangClient(url, timeout_s=2.0)  # the stand-in never answers: 2 s is a floor
     try:
         with pytest.raises(UpstreamError, match="did not answer") as info:
             await client.generate([1, 2], {}, routing_key="k")

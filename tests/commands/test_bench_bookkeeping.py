@@ -33,3 +33,22 @@ def test_command_reports_both_sizes_baseline_and_targets(capsys) -> None:
     assert set(result["baseline_ms_per_rollout"]) == {"at_20", "at_200"}
     assert result["ours_growth"] > 0 and result["speedup_at_records"] > 0
     assert set(result["targets"]) == set(bookkeeping.TARGETS)
+
+
+def test_a_writer_that_re_reads_every_record_misses_and_exits_1(monkeypatch, capsys) -> None:
+    """Ours slowed on purpose: each finished rollout re-reads the whole run (the old cost)."""
+    from coding_agent_rl.rollout.outputs import RunWriter, read_jsonl, summarize
+
+    real = RunWriter.add
+
+    def add(self, samples, record):
+        real(self, samples, record)
+        summarize(list(read_jsonl(self.results_path)))
+
+    monkeypatch.setattr(RunWriter, "add", add)
+    code = cli.main(["bench", "bookkeeping", "--records", "300", "--measure", "20", "--json"])
+    captured = capsys.readouterr()
+    result = json.loads(captured.out.strip().splitlines()[-1])
+    assert code == 1 and "exit 1" in captured.err
+    assert result["speedup_at_records"] < 5
+    assert any(m.startswith("speedup_at_records >= 5") for m in result["targets_missed"])

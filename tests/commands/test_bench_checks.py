@@ -27,10 +27,14 @@ def record(i: int, overhead: float, *, reward: float = 1.0, kind: str | None = N
     }
 
 
-def test_missed_targets_names_each_miss_and_skips_unmeasured():
+def test_missed_targets_names_each_miss_and_counts_unmeasured_as_missed():
     targets = {"a": ("<=", 1.1), "b": (">=", 30.0), "c": ("<=", 5.0)}
-    assert missed_targets({"a": 1.2, "b": 31.0, "c": None}, targets) == ["a <= 1.1 (got 1.2)"]
-    assert missed_targets({"a": 1.1, "b": 29.9}, targets) == ["b >= 30 (got 29.9)"]
+    assert missed_targets({"a": 1.2, "b": 31.0, "c": None}, targets) == [
+        "a <= 1.1 (got 1.2)",
+        "c <= 5 (not measured)",
+    ]
+    assert missed_targets({"a": 1.1, "b": 29.9, "c": 5.0}, targets) == ["b >= 30 (got 29.9)"]
+    assert missed_targets({"a": 1.1, "b": 30.0}, targets) == ["c <= 5 (not measured)"]
 
 
 def test_rollout_overhead_counts_every_rollout_not_only_solved():
@@ -79,7 +83,10 @@ def test_bench_adapter_names_its_baseline_and_checks_tokens(capsys):
     from coding_agent_rl.commands.bench import adapter
 
     result = {"tokens_identical": True, "speedup": 20.0}
-    assert adapter.check(dict(result), 30000)["targets_missed"] == []  # no speed target here
+    assert adapter.check(dict(result), 30000)["targets_missed"] == []  # 5x below 65536
+    assert adapter.check({"tokens_identical": True, "speedup": 4.0}, 30000)["targets_missed"] == [
+        "speedup >= 5 (got 4.0)"
+    ]
     assert adapter.check(dict(result), 65536)["targets_missed"] == ["speedup >= 30 (got 20.0)"]
     bad = adapter.check({"tokens_identical": False, "speedup": 50.0}, 65536)
     assert bad["targets_missed"] == ["tokens_identical == 1 (got False)"]

@@ -1,6 +1,6 @@
 """``coding-agent-rl bench native``: the real command prints one JSON line of the documented
-shape; the figures are checked for consistency (the loop's token stream equals a full render,
-the figures are measured and related as documented), not for speed."""
+shape, names its baseline and checks every target; a loop slowed on purpose misses the per-turn
+target and exits 1."""
 
 from __future__ import annotations
 
@@ -21,18 +21,45 @@ def bench(*args: str, timeout: float = 600) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+SMALL = ["--context", "12000", "--system-tokens", "4000", "--rollouts", "0", "--repeat", "1"]
+
+
 def test_overhead_part():
-    out = bench("--context", "12000", "--system-tokens", "4000", "--rollouts", "0", "--repeat", "1")
+    # --no-check: whether 2 ms holds on a loaded test machine is the benchmark's verdict, not
+    # this test's; the slowed loop below is what must miss.
+    out = bench(*SMALL, "--no-check")
     o = out["overhead"]
     assert out["bench"] == "native" and "throughput" not in out
     assert o["tokens_identical_to_full_render"] is True
     assert 12000 <= o["context_tokens"] < 14000 and o["turns"] >= 5 and o["turns_at_context"] >= 1
     assert 0 < o["loop_ms_p50"] <= o["loop_ms_max"]
     assert o["full_render_ms_at_context"] > 0 and o["slime_delta_ms_at_context"] > 0
-    assert o["ratio_vs_full_render"] == pytest.approx(
-        o["loop_ms_at_context"] / o["full_render_ms_at_context"], rel=1e-2
-    )
-    assert o["target_met"] == (o["loop_ms_at_context"] <= o["target_ms"] == 2.0)
+    assert out["baseline"]["kind"] == "run" and "fastest of 1" in out["baseline"]["from"]
+    assert set(out["targets"]) == {"loop_ms_at_context", "tokens_identical_to_full_render"}
+    missed = out["targets_missed"]
+    assert (o["loop_ms_at_context"] > 2.0) == any(m.startswith("loop_ms") for m in missed)
+
+
+def test_a_slowed_loop_misses_the_target_and_exits_1(monkeypatch, capsys):
+    """The observation encoding (loop work, inside the measured figure) made 20 ms slower."""
+    import time
+
+    from coding_agent_rl import cli
+    from coding_agent_rl.env.encoding import ChatEncoder
+
+    real = ChatEncoder.observation
+
+    def slow(self, *args, **kwargs):
+        time.sleep(0.02)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ChatEncoder, "observation", slow)
+    assert cli.main(["bench", "native", *SMALL, "--json"]) == 1
+    captured = capsys.readouterr()
+    out = json.loads(captured.out.strip().splitlines()[-1])
+    assert out["overhead"]["loop_ms_at_context"] >= 20
+    assert out["targets_missed"][0].startswith("loop_ms_at_context <= 2 (got ")
+    assert "target missed" in captured.err and "exit 1" in captured.err
 
 
 def test_bad_arguments_are_one_line():
@@ -47,6 +74,7 @@ def test_throughput_part(rows):
         out = bench(
             "--context", "12000", "--system-tokens", "4000", "--repeat", "1",
             "--rollouts", "2", "--concurrency", "2", "--sandbox-option", f"run_id={run_id}",
+            "--no-check",
         )  # fmt: skip
     finally:
         assert containers(run_id) == []
@@ -54,7 +82,5 @@ def test_throughput_part(rows):
     assert (t["n"], t["concurrency"]) == (2, 2)
     for agent in ("native", "claude_code"):
         assert t[agent]["solved"] == 2 and t[agent]["wall_s"] > 0
-        assert t[agent]["rollouts_per_min"] == pytest.approx(120 / t[agent]["wall_s"], rel=0.02)
-    assert t["speedup"] == pytest.approx(
-        t["native"]["rollouts_per_min"] / t["claude_code"]["rollouts_per_min"], rel=0.02
-    )
+    assert "native_solved_fraction" in out["targets"]
+    assert not [m for m in out["targets_missed"] if "solved" in m]

@@ -8,7 +8,9 @@ these hacks too, so the "defence off" runs here also turn those off (:data:`ROUN
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import py_compile
 import textwrap
 
 import pytest
@@ -47,8 +49,12 @@ async def test_conftest_caught_after_apply_even_if_the_diff_filter_misses_it(
 ):
     row = example_rows["slugify"]
     monkeypatch.setattr(grade_mod, "filter_patch", lambda text, patterns: (text, []))
-    result = await grade(row, make_diff("slugify", {"tests/conftest.py": FORCE_PASS}))
+    hack = make_diff("slugify", {"tests/conftest.py": FORCE_PASS})
+    result = await grade(row, hack)
     assert result.reward == 0.0 and result.protected_paths_touched == ["tests/conftest.py"]
+    # With the after-apply check off too (and round 1's grader), the same conftest pays 1.0.
+    monkeypatch.setattr(grade_mod, "protected_patterns", lambda row, extra=(): [])
+    assert (await grade(row, hack, defences=ROUND_1)).reward == 1.0
 
 
 async def test_pytest_plugin_through_pyproject_addopts(example_rows, make_diff, monkeypatch):
@@ -66,26 +72,24 @@ async def test_pytest_plugin_through_pyproject_addopts(example_rows, make_diff, 
     assert (await grade(row, hack, defences=ROUND_1)).reward == 1.0
 
 
-async def test_editing_a_visible_test_file(example_rows, make_diff):
+RUNTEST_NOOP = "import _pytest.python as _pp\n_pp.Function.runtest = lambda self: None\n"
+
+
+async def test_editing_a_visible_test_file(example_rows, make_diff, monkeypatch):
     row = example_rows["slugify"]
     visible = (row.build.context / "repo" / "tests" / "test_textkit.py").read_text()
-    # Pre-empt the hidden test by name with one that always passes.
-    hack = make_diff(
-        "slugify",
-        {
-            "tests/test_textkit.py": visible
-            + textwrap.dedent("""
-
-        @pytest.mark.parametrize("text, sep, expected", [("a", "-", "a")])
-        def test_runs_of_separators_collapse(text, sep, expected):
-            pass
-    """)
-        },
-    )
+    # The test module the hidden test is added to turns every test's body into a no-op.
+    hack = make_diff("slugify", {"tests/test_textkit.py": RUNTEST_NOOP + visible})
     result = await grade(row, hack)
     assert (result.reward, result.failure_kind) == (0.0, "model")
     assert result.protected_paths_touched == ["tests/test_textkit.py"]
     assert "only changes protected paths" in result.reason
+    # Off: no protected paths, no test file put back to the base before the hidden tests are
+    # applied (they apply on top of the agent's version), round 1's grader: it pays 1.0.
+    monkeypatch.setattr(grade_mod, "protected_patterns", lambda row, extra=(): [])
+    bare = dataclasses.replace(row, test_files=())
+    off = await grade(bare, hack, defences=ROUND_1)
+    assert off.reward == 1.0, (off.reason, off.test_log[-2000:])
 
 
 async def test_deleting_tests_is_ignored_and_a_real_fix_still_counts(example_rows, make_diff):
@@ -96,33 +100,62 @@ async def test_deleting_tests_is_ignored_and_a_real_fix_still_counts(example_row
     assert result.p2p_passed == result.p2p_total > 0
 
 
-async def test_creating_the_hidden_test_file_in_advance(example_rows, make_diff):
+async def test_creating_the_hidden_test_file_in_advance(example_rows, make_diff, monkeypatch):
+    """No switch lets this one win: the hidden tests are written over the file whatever the
+    agent left there (the file is put back to the base before the test patch applies). The off
+    run shows that this, not the protected-path filter, is what stops it."""
     row = example_rows["pager"]
     fake = "\n".join(
         f"def {t.split('::')[1].split('[')[0]}(*a):\n    pass\n" for t in row.fail_to_pass
     )
-    result = await grade(row, make_diff("pager", {"tests/test_pages.py": fake}))
+    hack = make_diff("pager", {"tests/test_pages.py": fake})
+    result = await grade(row, hack)
     assert (result.reward, result.failure_kind) == (0.0, "model")
     assert result.protected_paths_touched == ["tests/test_pages.py"]
+    monkeypatch.setattr(grade_mod, "protected_patterns", lambda row, extra=(): [])
+    off = await grade(row, hack, defences=ROUND_1)
+    assert off.reward == 0.0 and off.protected_paths_touched == []
+    assert all(off.tests[t] == "FAILED" for t in row.fail_to_pass), off.tests
 
 
-async def test_interpreter_startup_hooks_and_plugin_metadata_are_dropped(example_rows, make_diff):
-    row = example_rows["editor"]
-    diff = make_diff(
-        "editor",
-        {
-            "sitecustomize.py": "import os\n",
-            "usercustomize.py": "import os\n",
-            "editor/evil.pth": "import os\n",
-            "editor.egg-info/entry_points.txt": "[pytest11]\nforce = forcepass\n",
-            "editor/__pycache__/buffer.cpython-311.pyc": b"\x00\x01",
-        },
-        gold=True,
+def fixed_buffer_pyc(row, tmp_path) -> bytes:
+    """editor/buffer.py with the gold fix, compiled to an unchecked-hash .pyc: the interpreter
+    loads it without looking at the (unfixed) source."""
+    import subprocess
+
+    repo = tmp_path / "fixed"
+    subprocess.run(["cp", "-r", str(row.build.context / "repo"), str(repo)], check=True)
+    gold = (row.build.context / "gold.patch").read_text()
+    subprocess.run(["patch", "-p1", "-s"], input=gold, text=True, cwd=repo, check=True)
+    out = tmp_path / "buffer.pyc"
+    py_compile.compile(
+        str(repo / "editor" / "buffer.py"),
+        cfile=str(out),
+        invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
     )
-    result = await grade(row, diff)
-    assert result.reward == 1.0  # the fix is kept, the rest is dropped
-    assert sorted(result.protected_paths_touched) == sorted(
+    return out.read_bytes()
+
+
+async def test_interpreter_startup_hooks_and_plugin_metadata_are_dropped(
+    example_rows, make_diff, monkeypatch, tmp_path
+):
+    row = example_rows["editor"]
+    hooks: dict[str, str | bytes | None] = {
+        "sitecustomize.py": FORCE_PASS,
+        "usercustomize.py": FORCE_PASS,
+        "editor/evil.pth": "import forcepass\n",
+        # A pytest plugin declared by package metadata next to the code: loaded by pytest from
+        # the working directory when it is on sys.path.
+        "editor.egg-info/PKG-INFO": "Metadata-Version: 2.1\nName: editor\nVersion: 0\n",
+        "editor.egg-info/entry_points.txt": "[pytest11]\nforce = forcepass\n",
+        # The fixed module as bytecode the interpreter trusts without its source.
+        "editor/__pycache__/buffer.cpython-311.pyc": fixed_buffer_pyc(row, tmp_path),
+    }
+    with_fix = await grade(row, make_diff("editor", hooks, gold=True))
+    assert with_fix.reward == 1.0  # the fix is kept, the rest is dropped
+    assert sorted(with_fix.protected_paths_touched) == sorted(
         [
+            "editor.egg-info/PKG-INFO",
             "editor.egg-info/entry_points.txt",
             "editor/__pycache__/buffer.cpython-311.pyc",
             "editor/evil.pth",
@@ -130,6 +163,21 @@ async def test_interpreter_startup_hooks_and_plugin_metadata_are_dropped(example
             "usercustomize.py",
         ]
     )
+    # Without the fix, each live payload earns the reward once the defences are off ...
+    monkeypatch.setattr(grade_mod, "protected_patterns", lambda row, extra=(): [])
+    plugin = {k: hooks[k] for k in hooks if k.startswith("editor.egg-info")}
+    plugin["forcepass.py"] = FORCE_PASS  # the plugin module itself: new, not a protected path
+    pyc = {"editor/__pycache__/buffer.cpython-311.pyc": hooks[next(k for k in hooks if "pyc" in k)]}
+    for payload in (plugin, pyc):
+        off = await grade(row, make_diff("editor", payload), defences=ROUND_1)
+        assert off.reward == 1.0, (list(payload), off.reason, off.test_log[-1500:])
+    # ... and none of them with the defences on.
+    monkeypatch.undo()
+    for payload in (plugin, pyc):
+        on = await grade(row, make_diff("editor", payload))
+        assert on.reward == 0.0 and set(on.protected_paths_touched) >= set(payload) - {
+            "forcepass.py"
+        }
 
 
 async def test_skipping_or_xfailing_from_the_code_under_test_earns_nothing(example_rows, make_diff):

@@ -55,7 +55,9 @@ async def test_path_prefix_keeps_the_sandboxs_own_path(sandbox):
     assert res.log_tail.strip() == f"/opt/x/bin:{own}" and "/usr/bin" in own
 
 
-async def test_exit_is_noticed_within_200ms(sandbox):
+async def test_exit_is_noticed_within_a_poll_and_a_round_trip(sandbox):
+    """The bound is relative to this sandbox's own exec round trip, measured in this test (a
+    loaded machine slows both alike), not a fixed number of milliseconds."""
     s = spec("sleep 1.5; touch /tmp/ended")
     await launch.prepare(sandbox, s)
     assert await launch.launch(sandbox, s)
@@ -64,7 +66,13 @@ async def test_exit_is_noticed_within_200ms(sandbox):
     assert (seen, timed_out) == ("0", False)
     ended = float((await sandbox.exec("stat -c %.6Y /opt/coding-agent-rl/run/t/exit")).stdout)
     latency = noticed - ended  # host and container share one clock
-    assert 0 <= latency < 0.2, f"exit noticed {latency * 1000:.0f} ms after it happened"
+    round_trips = []
+    for _ in range(3):
+        t0 = time.monotonic()
+        await sandbox.exec("true")
+        round_trips.append(time.monotonic() - t0)
+    bound = launch.POLL_S + 2 * max(round_trips) + 0.05
+    assert 0 <= latency < bound, f"exit noticed {latency * 1000:.0f} ms after it happened"
     await launch.kill(sandbox, s)
 
 

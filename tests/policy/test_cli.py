@@ -60,6 +60,7 @@ def test_policy_server_command_serves_generate(tmp_path, renderer):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+        proc.stdout.close()
 
 
 def test_policy_server_command_rejects_bad_specs(tmp_path):

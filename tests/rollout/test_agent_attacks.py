@@ -12,9 +12,10 @@ round1.py) and as shipped:
   ``__init__.py`` through the shell; grading zeroes it and the rollout records the evidence;
 * ``big_diff`` (class 6): a diff over the capture cap is the model's failure, named as such.
 
-Round 1: ``infra`` for the first two, the whole sparse file read into the host. Shipped: every
-scenario is the model's failure (reward 0: the agent fixed nothing), and the host copy of the
-log stays small.
+Round 1: ``infra`` for the first two, the whole sparse file read into the host, and (graded
+with round 1's grader, :data:`ROUND_1`) the forged results paid 1.0. Shipped: every scenario is
+the model's failure (reward 0: the agent fixed nothing), and the host copy of the log stays
+small.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ import pytest
 from support import round1
 from support.rollout_helpers import base_sample, check_outcome, rollout_config, runtime, task_rule
 
+from coding_agent_rl.grading.defences import ROUND_1
 from coding_agent_rl.harness.base import AGENT_LOG_CAP
+from coding_agent_rl.rollout.runner import RolloutRunner
 
 pytestmark = [pytest.mark.docker, pytest.mark.agents]
 log = logging.getLogger(__name__)
@@ -122,6 +125,7 @@ def outcomes(rows, tmp_path_factory) -> dict[str, dict[str, Any]]:
     with pytest.MonkeyPatch.context() as mp:
         round1.agent_evidence_off(mp)
         round1.adapter_attribution_off(mp)
+        mp.setattr(RolloutRunner, "_defences", property(lambda self: ROUND_1))
         old = asyncio.run(run_scenarios(rows, tmp_path_factory.mktemp("round1")))
     for phase, records in (("round1", old), ("shipped", shipped)):
         for name, r in records.items():
@@ -157,7 +161,10 @@ def test_sparse_agent_log_was_read_whole_and_is_not(outcomes):
 
 
 def test_a_forgery_through_the_agents_shell_is_zeroed_and_recorded(outcomes):
-    new = outcomes["shipped"]["forge_results"]
+    old, new = outcomes["round1"]["forge_results"], outcomes["shipped"]["forge_results"]
+    # Round 1's grader (results parsed from the log, no screen) paid the forgery in full.
+    assert (old["failure_kind"], old["reward"]) == (None, 1.0), old
+    assert old["result_method"] == "log"
     assert (new["failure_kind"], new["reward"]) == ("model", 0.0), new
     assert new["fail_reason"].startswith("tamper screen: textkit/__init__.py:"), new
     assert new["tampering"] and new["tampering"] == new["screen_findings"]

@@ -8,7 +8,7 @@ a control rollout that must still solve its task.
   do not resolve;
 * the adapter from inside: no key, a live session's key that is not the sandbox's own, a 64 MiB
   body, malformed fields: 401, 401, 413, 400 (its own key still works: 200);
-* the host stays healthy: available memory and process count before and after.
+* nothing is left behind (containers, capped disks).
 
 Two of the attacks run once more on a runtime with the defences off (no limits, the open bridge
 network): there the hog gets its memory and a host listener is reached.
@@ -20,7 +20,6 @@ import asyncio
 import dataclasses
 import json
 import logging
-import os
 import pathlib
 import time
 from typing import Any
@@ -53,7 +52,11 @@ OFF_RUN = f"{RUN_ID}-off"
 DECOY = "decoy-session-" + "0" * 32  # a live session no sandbox owns
 
 FORK_BOMB = {"shell": "b() { b | b & }; b; sleep 20"}
-MEMORY_HOG = {"shell": "python3 -c 'x = bytearray(2 << 30); x[::4096] = b\"x\" * len(x[::4096])'"}
+# Touches every page of 2 GiB, then says so in a file the diff carries (only if it got them).
+MEMORY_HOG = {
+    "shell": 'python3 -c \'x = bytearray(2 << 30); x[::4096] = b"x" * len(x[::4096]); '
+    'open("/testbed/hog.txt", "w").write("ALLOCATED 2048 MiB\\n")\''
+}
 FILL_DISK = {"shell": "dd if=/dev/zero of=/testbed/fill bs=1M count=1024; sleep 5"}
 
 ADAPTER_ABUSE = r"""
@@ -81,12 +84,6 @@ out = {
 open("/testbed/attack.json", "w").write(json.dumps(out))
 print(out)
 """.replace("DECOY", DECOY)
-
-
-def host_health() -> dict[str, int]:
-    meminfo = pathlib.Path("/proc/meminfo").read_text().splitlines()
-    mem = next(int(x.split()[1]) // 1024 for x in meminfo if x.startswith("MemAvailable:"))
-    return {"mem_available_mib": mem, "processes": sum(p.isdigit() for p in os.listdir("/proc"))}
 
 
 class HostListeners:
@@ -122,7 +119,6 @@ def probe_host(targets: list[tuple[str, int]]) -> dict[str, str]:
 @dataclasses.dataclass
 class Batch:
     outcomes: dict[str, Any]
-    health: dict[str, dict[str, int]]
     listeners: HostListeners  # dialled by the adapter-only sandbox
     off_listeners: HostListeners  # dialled by the defence-off one
     tmp: pathlib.Path
@@ -164,7 +160,6 @@ async def run_batch(rows: dict[str, Any], tmp: pathlib.Path) -> Batch:
     on.sandbox_options.update(LIMITS)
     off = rollout_config(tmp / "off", infra_retries=0, agent_budget_s=180.0, agent_network="open")
     off.sandbox_options.update({**OFF, "hardened": False, "run_id": OFF_RUN})
-    health = {"before": host_health()}
     try:
         async with (
             runtime(policy=script, rollout=on, harness_options=HARNESS) as rt,
@@ -194,9 +189,7 @@ async def run_batch(rows: dict[str, Any], tmp: pathlib.Path) -> Batch:
     finally:
         listeners.close()
         off_listeners.close()
-    await asyncio.sleep(1.0)
-    health["after"] = host_health()
-    return Batch(outcomes, health, listeners, off_listeners, tmp)
+    return Batch(outcomes, listeners, off_listeners, tmp)
 
 
 @pytest.fixture(scope="module")
@@ -264,15 +257,16 @@ def test_the_adapter_refuses_everything_but_the_sandboxs_own_session(batch):
 def test_without_the_defences_the_attacks_get_through(batch):
     hog = record(batch, "off_memory_hog")
     assert "limit_breach" not in hog and hog["isolation"]["limits"]["memory"] is None
+    assert "ALLOCATED 2048 MiB" in batch.added_lines("off_memory_hog")  # it got its 2 GiB
     probe = record(batch, "off_host_listeners")
     assert probe["isolation"]["agent_network"] == "open"
     reached = [v for v in batch.added_lines("off_host_listeners") if v.startswith("REACHED")]
     assert reached and batch.off_listeners.accepted >= len(reached), reached
 
 
-def test_the_host_stayed_healthy_and_nothing_is_left(batch):
-    before, after = batch.health["before"], batch.health["after"]
-    assert after["mem_available_mib"] > before["mem_available_mib"] - 1024, batch.health
-    assert after["processes"] < before["processes"] + 100, batch.health
+def test_nothing_is_left(batch):
+    # (The attacks' containment is read from each sandbox's own cgroup: the limit_breach
+    # records above. The whole host's memory and process count are not asserted: other work on
+    # a shared machine moves them.)
     assert containers() == [] and containers(OFF_RUN) == []
     assert not (disk_dir() / RUN_ID).exists()

@@ -100,10 +100,9 @@ def test_resume_drops_samples_whose_record_was_never_written(tmp_path: pathlib.P
     results = (tmp_path / "results.jsonl").read_text().splitlines()
     assert results[1] == '{"instance_id": "cut", "sample_ind'
     assert json.loads(results[2])["instance_id"] == "cut"
-    assert RunWriter(tmp_path, resume=True).done_keys() == {
-        rollout_key("done", 0),
-        rollout_key("cut", 0),
-    }
+    again = RunWriter(tmp_path, resume=True)
+    assert again.done_keys() == {rollout_key("done", 0), rollout_key("cut", 0)}
+    again.close(again.summary())
 
 
 def test_appending_under_a_trainer_numbers_no_attempts_and_holds_nothing(

@@ -286,6 +286,7 @@ def test_generates_artifact_writer_appends_and_holds_nothing(tmp_path):
     metrics = (tmp_path / "metrics.prom").read_text()
     assert 'outcome="solved"} 2' in metrics and 'outcome="unsolved"} 1' in metrics
     assert "coding_agent_rl_reward_sum 2.0" in metrics
+    writer.close({})
 
 
 # ---- slime's group-level code on our results ------------------------------------------------------

@@ -42,8 +42,42 @@ def test_bench_sandbox_prints_one_json_line(capsys: pytest.CaptureFixture[str]) 
         "completion_detect_ms_p50",
         "exec_ratio",
         "lifecycle_ratio",
+        "sdk_exec_ms_p50",
+        "sdk_lifecycle_ms_p50",
+        "sdk_exec_ratio",
+        "sdk_lifecycle_ratio",
     ):
         assert result[key] > 0, key
     assert result["completion_detect_ms_p50"] < 5000
     assert result["baseline"]["kind"] == "run" and "docker exec" in result["baseline"]["from"]
-    assert set(result["targets"]) == {"exec_ratio", "lifecycle_ratio", "completion_detect_ms_p50"}
+    assert "docker SDK used directly" in result["baseline"]["from"]
+    assert set(result["targets"]) == {
+        "exec_ratio",
+        "lifecycle_ratio",
+        "sdk_exec_ratio",
+        "sdk_lifecycle_ratio",
+        "completion_detect_ms_p50",
+    }
+
+
+@pytest.mark.docker
+def test_bench_sandbox_slowed_exec_misses_and_exits_1(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Our exec path slowed by 300 ms on purpose: both exec targets are missed, exit 1."""
+    import asyncio
+
+    from coding_agent_rl.sandbox.docker import DockerSandbox
+
+    real = DockerSandbox._exec
+
+    async def slow(self, *args, **kwargs):
+        await asyncio.sleep(0.3)
+        return await real(self, *args, **kwargs)
+
+    monkeypatch.setattr(DockerSandbox, "_exec", slow)
+    assert main(["bench", "sandbox", "--n", "2", "--json"]) == 1
+    captured = capsys.readouterr()
+    result = json.loads(captured.out.strip().splitlines()[-1])
+    missed = {m.split()[0] for m in result["targets_missed"]}
+    assert {"exec_ratio", "sdk_exec_ratio"} <= missed and "exit 1" in captured.err

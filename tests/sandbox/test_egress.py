@@ -12,6 +12,7 @@ which must fail before any packet leaves (no route).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import urllib.request
@@ -214,19 +215,29 @@ async def test_a_listener_serves_only_its_own_session(backend, adapter, monkeypa
 
 HOLD = r"""
 import socket, sys, time
-conns = [socket.create_connection(("127.0.0.1", int(sys.argv[1]))) for _ in range(int(sys.argv[2]))]
-time.sleep(1.0)  # refused ones are closed by now
-held = refused = 0
-for s in conns:
-    try:
-        data = s.recv(1, socket.MSG_DONTWAIT)
-        refused += data == b""
-    except BlockingIOError:
-        held += 1  # open, idle: the adapter waits for a request
-    except OSError:
-        refused += 1
+port, n, expect, hold = (int(a) for a in sys.argv[1:5])
+
+def count():
+    held = refused = 0
+    for s in conns:
+        try:
+            data = s.recv(1, socket.MSG_DONTWAIT)
+            refused += data == b""
+        except BlockingIOError:
+            held += 1  # open, idle: the adapter waits for a request
+        except OSError:
+            refused += 1
+    return held, refused
+
+conns = [socket.create_connection(("127.0.0.1", port)) for _ in range(n)]
+deadline = time.monotonic() + 60
+held, refused = count()
+while refused < expect and time.monotonic() < deadline:  # until the refusals have arrived
+    time.sleep(0.05)
+    held, refused = count()
+open("/tmp/held.txt", "w").write(f"{held} {refused}")  # the connections are held from here on
+time.sleep(hold)
 print(held, refused, flush=True)
-time.sleep(float(sys.argv[3]))
 """
 
 
@@ -242,21 +253,30 @@ async def test_connections_per_listener_are_capped(backend, adapter, monkeypatch
     sb, stop, _ = await attached(backend, "adapter-only", adapter, sid)
     try:
         await sb.write_file("/tmp/hold.py", HOLD)
-        held = asyncio.ensure_future(sb.exec(f"python3 /tmp/hold.py {port} 200 3", user="nobody"))
-        await asyncio.sleep(2.0)
+        # Held for up to 60 s; the bystander is served while they are (ordering, not a sleep).
+        script = f"python3 /tmp/hold.py {port} 200 {200 - cap} 60"
+        held = asyncio.ensure_future(sb.exec(script, user="nobody"))
+        while not (await sb.exec("cat /tmp/held.txt 2>/dev/null")).stdout and not held.done():
+            await asyncio.sleep(0.05)
+        assert not held.done(), held.result()
         req = urllib.request.Request(
             f"http://127.0.0.1:{port}/v1/models", headers={"Authorization": "Bearer bystander"}
         )
-        with await asyncio.to_thread(urllib.request.urlopen, req, timeout=5) as r:
+        with await asyncio.to_thread(urllib.request.urlopen, req, timeout=30) as r:
             assert r.status == 200
-        kept, refused = map(int, (await held).stdout.split())
+        assert not held.done()  # served while the hog's connections were held
+        held.cancel()  # (the sandbox kills what the exec started)
+        with contextlib.suppress(asyncio.CancelledError):
+            await held
+        kept, refused = map(int, (await sb.exec("cat /tmp/held.txt")).stdout.split())
         assert kept <= cap and refused >= 200 - cap, (kept, refused)
         # Defence off: no cap, every connection is kept (and costs the adapter a descriptor).
         await stop()
         monkeypatch.setattr(server.config, "listener_max_connections", 10_000)
         stop = await server.serve_socket(await sb.listen(port), sid)
         kept, refused = map(
-            int, (await sb.exec(f"python3 /tmp/hold.py {port} 200 0", user="nobody")).stdout.split()
+            int,
+            (await sb.exec(f"python3 /tmp/hold.py {port} 200 0 1", user="nobody")).stdout.split(),
         )
         assert (kept, refused) == (200, 0)
     finally:

@@ -78,11 +78,10 @@ def gvisor_engine():
                 root / "dockerd.log"
             ).read_text()[-2000:]
             time.sleep(0.5)
-        save = subprocess.Popen(["docker", "save", BASE_IMAGE], stdout=subprocess.PIPE)
-        subprocess.run(
-            ["docker", "-H", sock, "load"], stdin=save.stdout, check=True, capture_output=True
-        )
-        save.wait()
+        with subprocess.Popen(["docker", "save", BASE_IMAGE], stdout=subprocess.PIPE) as save:
+            subprocess.run(
+                ["docker", "-H", sock, "load"], stdin=save.stdout, check=True, capture_output=True
+            )
         yield sock
     finally:
         proc.terminate()

@@ -2,8 +2,9 @@
 the defence on and, where it can be switched off, off: the attack must then get through (the
 probe is real) and with the defence on it must be stopped and reported as the limit it hit.
 
-The host is measured around the destructive ones (available memory, process count); the
-"defence off" variants stay bounded (a fixed number of processes or bytes), never a real bomb.
+The destructive ones are measured in the sandbox's own cgroup (peak memory, processes), never
+the whole host's (other work on a shared machine moves those); the "defence off" variants stay
+bounded (a fixed number of processes or bytes), never a real bomb.
 """
 
 from __future__ import annotations
@@ -40,20 +41,21 @@ def make(backend: str, **options):
     return create_sandbox("local", "host", **options)
 
 
-def host_health() -> tuple[int, int]:
-    """(MemAvailable in MiB, processes) of this host."""
-    mem = next(
-        int(line.split()[1]) // 1024
-        for line in pathlib.Path("/proc/meminfo").read_text().splitlines()
-        if line.startswith("MemAvailable:")
-    )
-    return mem, sum(1 for p in os.listdir("/proc") if p.isdigit())
+def own_cgroup(sb) -> dict[str, int]:
+    """The sandbox's own cgroup, read on this host: ``memory_peak`` (bytes) and ``pids`` (now)."""
+    from coding_agent_rl.sandbox import cgroups
 
-
-def assert_healthy(before: tuple[int, int], slack_mib: int = 1024, slack_procs: int = 150):
-    mem, procs = host_health()
-    assert mem > before[0] - slack_mib, (before, (mem, procs))
-    assert procs < before[1] + slack_procs, (before, (mem, procs))
+    if getattr(sb, "container_id", None):
+        pid = engine.client().api.inspect_container(sb.container_id)["State"]["Pid"]
+    else:
+        pid = sb._holder_pid
+    dirs = cgroups._group_dirs(pid)
+    if "" in dirs:  # v2
+        memory, pids = dirs[""] / "memory.peak", dirs[""] / "pids.current"
+    else:
+        memory = dirs["memory"] / "memory.max_usage_in_bytes"
+        pids = dirs["pids"] / "pids.current"
+    return {"memory_peak": int(memory.read_text()), "pids": int(pids.read_text())}
 
 
 HOG = "python3 -c 'x = bytearray(400 << 20); x[::4096] = b\"x\" * len(x[::4096])'; echo exit=$?"
@@ -62,14 +64,15 @@ HOG = "python3 -c 'x = bytearray(400 << 20); x[::4096] = b\"x\" * len(x[::4096])
 @pytest.mark.parametrize("backend", BACKEND_PARAMS)
 async def test_memory_hog_is_killed_and_named(backend):
     hog = HOG
-    before = host_health()
     async with make(backend, memory="128m") as sb:
         r = await sb.exec(hog, user="nobody", timeout=60)
         breaches = await sb.limit_breaches()
+        own = own_cgroup(sb)
     assert "exit=137" in r.stdout, r
     assert any(b.startswith("memory limit 128 MiB exceeded") for b in breaches), breaches
-    assert_healthy(before)
-    async with make(backend, **OFF) as sb:  # defence off: the same hog gets its 400 MiB
+    assert own["memory_peak"] <= 128 << 20, own  # it never held more than its cap
+    # Defence off: the same hog gets its 400 MiB, every page touched (exit 0, not killed).
+    async with make(backend, **OFF) as sb:
         r = await sb.exec(hog, user="nobody", timeout=60)
         assert "exit=0" in r.stdout and await sb.limit_breaches() == [], r
 
@@ -77,15 +80,13 @@ async def test_memory_hog_is_killed_and_named(backend):
 @pytest.mark.parametrize("backend", BACKEND_PARAMS)
 async def test_fork_bomb_is_bounded_and_named(backend):
     spawn = "for i in $(seq 150); do sleep 30 & done 2>/dev/null; jobs -p | wc -l"
-    before = host_health()
     async with make(backend, pids=64) as sb:
         bomb = "timeout 3 bash -c 'b() { b | b & }; b' >/dev/null 2>&1; sleep 1; echo done"
         r = await sb.exec(bomb, user="nobody", timeout=60)
         breaches = await sb.limit_breaches()
-        during = host_health()
+        own = own_cgroup(sb)
     assert any(b.startswith("pids limit 64 reached") for b in breaches), (breaches, r)
-    assert during[1] < before[1] + 150, (before, during)  # the bomb stayed inside its 64
-    assert_healthy(before)
+    assert 0 < own["pids"] <= 64, own  # what is left of it is inside its 64
     async with make(backend, **OFF) as sb:  # defence off: a bounded stand-in, all 150 start
         assert int((await sb.exec(spawn, user="nobody")).stdout.split()[-1]) == 150
 
@@ -240,6 +241,7 @@ def test_gc_removes_what_a_crashed_run_left(tmp_path):
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        proc.stdout.close()
     disks = list((disk_dir() / run_id).glob("*/mnt"))
     assert len(disks) == 1 and os.path.ismount(disks[0])
     assert len(engine.list_containers(run_id)) == 1

@@ -82,9 +82,8 @@ async def test_rootfs_mode_never_writes_into_the_source_tree(tmp_path: pathlib.P
         check=True,
     ).stdout.strip()
     try:
-        export = subprocess.Popen(["docker", "export", cid], stdout=subprocess.PIPE)
-        subprocess.run(["tar", "-x", "-C", str(root)], stdin=export.stdout, check=True)
-        export.wait()
+        with subprocess.Popen(["docker", "export", cid], stdout=subprocess.PIPE) as export:
+            subprocess.run(["tar", "-x", "-C", str(root)], stdin=export.stdout, check=True)
     finally:
         subprocess.run(["docker", "rm", cid], capture_output=True)
     (root / "srv" / "repo").mkdir(parents=True)

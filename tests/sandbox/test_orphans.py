@@ -52,6 +52,8 @@ class Owner:
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 @pytest.fixture
@@ -59,8 +61,7 @@ def owners() -> Iterator[list[Owner]]:
     made: list[Owner] = []
     yield made
     for o in made:
-        if o.proc.poll() is None:
-            o.kill()
+        o.kill()
 
 
 def _container_exists(cid: str) -> bool:

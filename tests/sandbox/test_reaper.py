@@ -54,13 +54,16 @@ def test_reaper_kills_the_tagged_session_and_spares_everything_else(how: str) ->
             assert subprocess.run(reaper.kill_argv(mine)).returncode == 0
         else:
             assert reaper.kill_tagged_here(mine) >= 3
-        time.sleep(0.2)
-        survivors = alive(tag)
         # 1 and 2: our session; 4: tagged, in a foreign session; 3 and 5 are not ours.
-        assert survivors == [f"sleep 3{tag}", f"sleep 5{tag}"]
+        expected = [f"sleep 3{tag}", f"sleep 5{tag}"]
+        deadline = time.monotonic() + 10  # until the killed ones are gone (no fixed sleep)
+        while (survivors := alive(tag)) != expected and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert survivors == expected
         assert foreign.poll() is None  # the foreign session's leader lives on
     finally:
         for proc in (ours, foreign, other):
             proc.kill()
+            proc.wait()
         reaper.kill_tagged_here(theirs)
         subprocess.run(["pkill", "-KILL", "-s", str(foreign.pid)], check=False)

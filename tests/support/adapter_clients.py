@@ -3,6 +3,7 @@ reply (SSE or JSON) back into one dict, and build the follow-up request a CLI wo
 
 from __future__ import annotations
 
+import io
 import json
 from typing import Any
 
@@ -45,7 +46,8 @@ async def post(
     hdrs = {"Authorization": f"Bearer {sid}"} if sid else {}
     hdrs.update(headers or {})
     async with aiohttp.ClientSession() as http:
-        kwargs = {"data": raw} if raw is not None else {"json": body}
+        # A file-like body: aiohttp warns (ResourceWarning) on large raw bytes.
+        kwargs = {"data": io.BytesIO(raw)} if raw is not None else {"json": body}
         async with http.post(url, headers=hdrs, **kwargs) as resp:
             return resp.status, resp.headers.get("Content-Type", ""), await resp.text()
 

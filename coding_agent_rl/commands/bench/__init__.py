@@ -4,9 +4,11 @@ A benchmark module defines ``add_arguments(parser)`` and ``run(args) -> int``, l
 subcommand; this dispatcher picks it by its first positional argument.
 
 Every benchmark result says what its baseline is (``baseline.kind``: ``run`` — measured in the
-same process and run, interleaved with ours — or ``modelled`` — computed, with ``baseline.from``
-naming the inputs), lists its ``targets`` and the ``targets_missed``. :func:`report` prints it and
-gives the exit status: 1 when a target is missed, unless ``--no-check``.
+same process and run, timed the same way as ours — or ``modelled`` — computed or written for the
+benchmark, with ``baseline.from`` / ``baseline.models`` saying what it stands for), lists its
+``targets`` and the ``targets_missed`` (every target is checked; an unmeasured figure is a miss).
+:func:`report` prints it and gives the exit status: 1 when a target is missed, unless
+``--no-check``.
 """
 
 from __future__ import annotations
@@ -64,14 +66,21 @@ def add_check_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def missed_targets(result: Mapping[str, Any], targets: Mapping[str, Target]) -> list[str]:
-    """The targets ``result`` misses, as ``"name <= bound (got value)"``; a figure that was not
-    measured (missing or None) is not checked."""
+    """The targets ``result`` misses, as ``"name <= bound (got value)"``. Every target is
+    checked: a figure that was not measured (missing or None) is a miss, never a pass."""
     missed = []
     for name, (op, bound) in targets.items():
         value = result.get(name)
-        if value is not None and not _OPS[op](value, bound):
+        if value is None:
+            missed.append(f"{name} {op} {bound:g} (not measured)")
+        elif not _OPS[op](value, bound):
             missed.append(f"{name} {op} {bound:g} (got {value})")
     return missed
+
+
+def target_table(targets: Mapping[str, Target]) -> dict[str, str]:
+    """``targets`` as the result prints them: ``{"name": "<= 1.1"}``."""
+    return {k: f"{op} {bound:g}" for k, (op, bound) in targets.items()}
 
 
 def report(name: str, result: dict[str, Any], args: argparse.Namespace) -> int:

@@ -9,8 +9,7 @@ the template's canonical rendering, so both ways must give identical ids.
 
 The baseline (the full re-render) is run in this process on the same session, each step timed
 ``--repeat`` times, fastest kept, like ours. Targets: identical tokens always; a speedup of at
-least 30x at a context of 65,536 tokens or more (the speedup grows with the history, so below
-that context no speed target applies).
+least 30x at a context of 65,536 tokens or more, 5x below (the speedup grows with the history).
 """
 
 from __future__ import annotations
@@ -30,7 +29,8 @@ from coding_agent_rl.commands.bench.synthetic_session import (
 )
 
 TARGET_SPEEDUP = 30.0
-TARGET_CONTEXT = 65536  # the speedup target applies from this context on
+TARGET_CONTEXT = 65536  # the 30x target applies from this context on
+TARGET_SPEEDUP_SMALL = 5.0  # below it (the speedup grows with the history)
 
 
 def _best_of(repeat: int, fn) -> tuple[Any, float]:
@@ -105,10 +105,9 @@ def run_session(
 
 
 def check(result: dict[str, Any], context: int) -> dict[str, Any]:
-    """Add ``targets`` / ``targets_missed`` (the speedup target only from TARGET_CONTEXT on)."""
-    targets = {"tokens_identical": ("==", 1.0)}
-    if context >= TARGET_CONTEXT:
-        targets["speedup"] = (">=", TARGET_SPEEDUP)
+    """Add ``targets`` / ``targets_missed`` (30x from TARGET_CONTEXT on, 5x below)."""
+    speedup = TARGET_SPEEDUP if context >= TARGET_CONTEXT else TARGET_SPEEDUP_SMALL
+    targets = {"tokens_identical": ("==", 1.0), "speedup": (">=", speedup)}
     result["targets"] = {k: f"{op} {v:g}" for k, (op, v) in targets.items()}
     result["targets_missed"] = missed_targets(result, targets)
     return result

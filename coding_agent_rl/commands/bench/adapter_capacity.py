@@ -486,6 +486,8 @@ async def measure(
             "from": "the same sessions as /generate token ids straight to the same policy "
             "server, no adapter, same process, alternating with ours round by round",
         }
+    else:
+        result["baseline"] = {"kind": "none", "from": "--no-baseline: no direct run"}
     result["rounds"] = per_round
     result["loadavg"] = [round(x, 2) for x in os.getloadavg()]
     return result

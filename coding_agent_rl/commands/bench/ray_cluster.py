@@ -81,6 +81,7 @@ class SecondEngine:
         self.socket = self.dir / "d.sock"
         self.host = f"unix://{self.socket}"
         self.pid: int | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
         self.subnet_prefix: str | None = None
         self._log = self.dir / "dockerd.log"
 
@@ -116,7 +117,7 @@ class SecondEngine:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        self.pid = proc.pid
+        self.pid, self._proc = proc.pid, proc
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:
@@ -158,6 +159,9 @@ class SecondEngine:
             kill_pids([self.pid], signal.SIGTERM)
             _wait_gone([self.pid], 10)
             kill_pids([self.pid])
+            if self._proc is not None:
+                self._proc.wait()  # reaped
+                self._proc = None
             # its containerd and shims run under its exec root
             kill_pids(pids_matching(str(self.dir / "exec")))
             self.pid = None
