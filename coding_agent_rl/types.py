@@ -60,7 +60,7 @@ class Sample:
     session_id: str | None = None
     weight_versions: list[str] = dataclasses.field(default_factory=list)
     non_generation_time: float = 0.0
-    # slime's multimodal fields (R2-8): the images in prompt order ({"images": [data URL, ...]})
+    # slime's multimodal fields: the images in prompt order ({"images": [data URL, ...]})
     # and the processor's tensors for them, merged once (pixel_values, image_grid_thw, ...).
     multimodal_inputs: dict[str, Any] | None = None
     multimodal_train_inputs: dict[str, Any] | None = None

@@ -8,7 +8,7 @@ commits, hidden paths removed), the repository handed to the unprivileged agent 
 model's output is parsed with the configured tool-call parser; an ill-formed or unknown call is
 answered as an observation (the turn is used). ``submit`` -- or a reply without a tool call, as an
 agent CLI ends its run (``on_no_tool_call="submit"``; ``"nudge"`` asks for a tool call instead)
--- ends the episode. Images (R2-8): a row's ``metadata.problem_images`` (paths in the
+-- ends the episode. Images: a row's ``metadata.problem_images`` (paths in the
 repository, e.g. a screenshot of the bug, as SWE-bench Multimodal rows carry) are shown after
 the task text, read from the prepared workspace; ``file_editor view`` of an image file answers
 with the image (``multi_modal_data`` + image parts in the tool message). :meth:`CodingEnv.evaluate` then captures the diff and grades it with the same

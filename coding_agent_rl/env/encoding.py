@@ -10,7 +10,7 @@ unlike trimming by the token count of a rendered dummy prefix it also closes the
 the way the template does (the ``\\n`` after ``<|im_end|>``, the whole end marker after a
 ``length`` finish) and never lets BPE merge across the cut.
 
-Images (R2-8): image parts of the prompt or of an observation (slime's
+Images: image parts of the prompt or of an observation (slime's
 ``{"type": "image", "image": ...}`` items, built from ``observation["multi_modal_data"]``) go
 through :func:`coding_agent_rl.multimodal.parts.prepare`. With a
 :class:`~coding_agent_rl.multimodal.VisionProcessor` (a VLM policy) each becomes the template's
@@ -39,7 +39,7 @@ class ObservationError(EnvFailure, ValueError):
 
 @dataclasses.dataclass
 class Encoded:
-    """Tokens for one prompt or observation, and (R2-8) what a processor adds for its images."""
+    """Tokens for one prompt or observation, and what a processor adds for its images."""
 
     ids: list[int]
     image_data: list[Any] = dataclasses.field(default_factory=list)

@@ -51,7 +51,7 @@ class Episode:
     reset_info: dict[str, Any] = dataclasses.field(default_factory=dict)
     reset_s: float = 0.0
     reset_retries: dict[str, int] = dataclasses.field(default_factory=dict)  # by error type
-    # R2-8: images sent to SGLang with the ids, and per-turn processor outputs merged once.
+    # Images sent to SGLang with the ids, and per-turn processor outputs merged once.
     image_data: list[Any] = dataclasses.field(default_factory=list)
     multimodal_train_chunks: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 

@@ -8,7 +8,7 @@ with a :class:`GradingSandbox` created and prepared while the agent works:
 Note that ``coding_agent_rl.grading.grade`` is the function; the module is reached with
 ``importlib.import_module("coding_agent_rl.grading.grade")``.
 
-Tamper evidence (issue R2-1). The policy controls every byte of the diff, and the code it writes
+Tamper evidence. The policy controls every byte of the diff, and the code it writes
 runs inside the test process. Layers, each closing a class of forgery (:mod:`.defences` has
 the switches):
 
@@ -45,7 +45,7 @@ value (no copies; listed in ``blinding.unperturbed``), and files that cannot be 
 (``blinding.not_blinded``). See docs/grading.md. Rows whose ``test_cmd`` is not pytest are graded
 from their log (``result_method: log``): the screen, the new-module rule and fresh control runs
 apply, the channel and canaries do not. The disk a diff may fill is bounded here on the host;
-the grading sandbox's own disk quota comes from the sandbox layer (issue R2-2).
+the grading sandbox's own disk quota comes from the sandbox layer.
 
 Robustness (docs/grading.md): every parser of agent input is total (patch paths split at ``\n``
 only, malformed channel records are evidence, logs parse to fewer results); an unexpected

@@ -8,7 +8,7 @@ duplicate a file the patch does not contain, so their size is unknown: they are 
 diff capture never writes them). Text hunks write at most what the patch spells out.
 
 :func:`expanded_size` adds these up; the grader refuses a patch over the cap as the model's
-failure ("diff expands to N MiB"). The sandbox's own disk quota (issue R2-2) is the second line.
+failure ("diff expands to N MiB"). The sandbox's own disk quota is the second line.
 """
 
 from __future__ import annotations

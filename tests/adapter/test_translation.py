@@ -95,7 +95,7 @@ def test_anthropic_request_to_canonical():
         {
             "role": "tool",
             "name": "Read",
-            # R2-8: the image block is kept; the turn engine decodes, bounds and renders it
+            # The image block is kept; the turn engine decodes, bounds and renders it
             "content": [{"type": "text", "text": "line1"}, {"type": "image", "source": {}}],
         },
         {"role": "tool", "name": "Bash", "content": "Error: boom"},

@@ -249,7 +249,7 @@ async def test_policy_server_down_is_infra(scripted_engine, encoder):
 async def test_image_observation_reaches_a_text_encoder_as_text(
     scripted_engine, encoder, tokenizer
 ):
-    """R2-8: an image the text-only encoder cannot show is answered in words, never dropped and
+    """An image the text-only encoder cannot show is answered in words, never dropped and
     never an infra failure (the env's "/tmp/plot.png" does not exist here: not decodable)."""
     ep, _ = await episode(scripted_engine, encoder, CalcEnv(images=True))
     assert (ep.status, ep.end) == ("completed", "done")

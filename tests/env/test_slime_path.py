@@ -137,7 +137,7 @@ async def test_misconfiguration_is_one_clear_line_per_sample(served, tmp_path, c
 async def test_vlm_checkpoint_images_reach_slimes_sample(
     scripted_engine, fresh_env_generate, tmp_path, tiny_vlm_dir, vision
 ):
-    """R2-8 through slime's path: ``hf_checkpoint`` is a VLM (it has an image processor), the
+    """Images through slime's path: ``hf_checkpoint`` is a VLM (it has an image processor), the
     env's observations carry plots; slime's own Sample comes back with ``multimodal_inputs`` and
     ``multimodal_train_inputs`` (the processor's tensors for the images its tokens hold), and the
     engine (a VLM stand-in that pairs ``image_data`` with the image-token runs) got them."""

@@ -1,4 +1,4 @@
-"""Bounded reads of files programs in a sandbox could have written (class 6 of issue R2-1): a
+"""Bounded reads of files programs in a sandbox could have written: a
 1 GiB sparse file costs the host at most the cap, and whatever sits at the path — a directory,
 a FIFO nobody writes to, a symbolic link — is reported, never opened."""
 

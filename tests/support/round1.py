@@ -1,4 +1,4 @@
-"""The agent-side behaviour before issue R2-1, to switch a defence off in a test (monkeypatch):
+"""The agent-side behaviour before the tamper defences, to switch a defence off in a test (monkeypatch):
 the run directory owned by the agent user, the launcher running as the agent (so the agent
 could rewrite its own pid / exit markers and log), the whole log read into memory, every adapter
 error >= 500 counted as an infrastructure failure, request fields passed through unchecked.

@@ -7,7 +7,7 @@ at ``N = --records / 10`` and ``N = --records``:
 * **ours** (:class:`~coding_agent_rl.rollout.outputs.RunWriter` and
   :class:`~coding_agent_rl.rollout.batch.Progress`): append-only files, running counters and
   in-memory indexes: O(1) per rollout, so the cost at 10k records is the cost at 1k;
-* **baseline**: the code before (R2-5), *re-implemented here* (:class:`OldWriter`,
+* **baseline**: the code before, *re-implemented here* (:class:`OldWriter`,
   :class:`OldProgress`): the progress line re-summarised every record (with
   :func:`~coding_agent_rl.rollout.outputs.summarize`, the one-pass summary) on each finished
   rollout, so the cost grows with the records (quadratic over a run).
@@ -85,7 +85,7 @@ def _sample(i: int) -> Any:
     )
 
 
-# ---- the baseline: the bookkeeping before R2-6, re-implemented ---------------------------------
+# ---- the baseline: the previous bookkeeping, re-implemented ---------------------------------
 class OldWriter:
     """The old RunWriter.add: append the lines, keep every record, update metrics.prom."""
 
@@ -222,7 +222,7 @@ def measure(records: int, measure_n: int) -> dict[str, Any]:
         "final_summary_ms": round(_final_summary_ms(records), 1),
         "baseline": {
             "kind": "run",
-            "from": "the pre-R2-6 RunWriter.add + Progress.update (re-summarising every record), "
+            "from": "the previous RunWriter.add + Progress.update (re-summarising every record), "
             "re-implemented in this module, same records, same process, one after the other",
         },
         "targets": {k: f"{op} {bound:g}" for k, (op, bound) in TARGETS.items()},
