@@ -137,7 +137,8 @@ def _pip_download(
     cmd = [sys.executable, "-m", "pip", "download", "-q", "-d", str(dest)]
     cmd += pip_platform_args(base_image) + reqs
     t0 = time.monotonic()
-    r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env})
+    overlay = ["env", *(f"{k}={v}" for k, v in env.items())]  # on top of this process's env
+    r = subprocess.run(overlay + cmd, capture_output=True, text=True)
     with log_path.open("a") as log:
         log.write(f"$ {shlex.join(cmd)}\n{r.stdout}{r.stderr}")
         log.write(f"(exit {r.returncode}, {time.monotonic() - t0:.1f}s)\n")

@@ -143,3 +143,4 @@ def test_tampering_is_counted_by_layer_in_the_summary_and_metrics(tmp_path: path
     prom = (tmp_path / "metrics.prom").read_text()
     assert 'coding_agent_rl_tampering_total{kind="canary"} 1.0' in prom
     assert 'coding_agent_rl_tampering_total{kind="twin"} 1.0' in prom
+    w.close({})
