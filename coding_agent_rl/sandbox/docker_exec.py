@@ -32,7 +32,7 @@ class ExecRun:
             self._stream = stream
             cancelled = self._cancelled
         if cancelled:
-            _close(stream)
+            _shutdown(stream)
 
     def detach(self) -> None:
         """The stream is read to its end: close its connection (the SDK leaves that to the
@@ -43,25 +43,32 @@ class ExecRun:
             _close(stream)
 
     def cancel(self) -> None:
-        """Stop reading (closes the connection, which unblocks the reader thread)."""
+        """Stop reading: shut the connection down, which ends the reader thread's loop (it
+        closes the response itself, in :meth:`detach`; closing it here would fail its read)."""
         with self._lock:
             self._cancelled = True
             stream = self._stream
         if stream is not None:
-            _close(stream)
+            _shutdown(stream)
 
     @property
     def cancelled(self) -> bool:
         return self._cancelled
 
 
-def _close(stream: Any) -> None:
-    """Shut the exec's socket down, then close the raw HTTP response that still holds it. Not
-    ``Response.close()``: that would hand the hijacked connection back to the pool."""
+def _shutdown(stream: Any) -> None:
+    """Shut the exec's socket down: a read in progress returns end of stream."""
     try:
         stream.close()
     except OSError:
         pass  # already gone
+
+
+def _close(stream: Any) -> None:
+    """Shut the exec's socket down, then close the raw HTTP response that still holds it (only
+    the reader, once done reading). Not ``Response.close()``: that would hand the hijacked
+    connection back to the pool."""
+    _shutdown(stream)
     response = getattr(stream, "_response", None)  # docker.types.CancellableStream's
     if response is not None:
         response.raw.close()
