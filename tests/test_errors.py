@@ -13,6 +13,7 @@ from coding_agent_rl.env.base import EnvError
 from coding_agent_rl.grading.diff import DiffCaptureError
 from coding_agent_rl.grading.git import WorkspaceError
 from coding_agent_rl.harness import InstallError
+from coding_agent_rl.model import errors as model_errors
 from coding_agent_rl.sandbox import ImageNotFound
 
 
@@ -22,6 +23,8 @@ from coding_agent_rl.sandbox import ImageNotFound
         (ImageNotFound("no image"), "infra", "sandbox"),
         (InstallError("no binary"), "infra", "install"),
         (UpstreamError("502"), "infra", "policy"),
+        (model_errors.UpstreamError("502"), "infra", "policy"),
+        (model_errors.PolicyRejected("bad"), "model", "policy"),
         (WorkspaceError("pre_commands failed"), "infra", "workspace"),
         (DatasetError("tasks.jsonl:3: no image"), "data", "data"),
         (EnvError("flaky"), "infra", "env"),
@@ -71,3 +74,15 @@ def test_a_boundary_can_let_only_some_typed_errors_through():
         errors.boundary(errors.InfraFailure, "agent install", stage="install", passes=only),
     ):
         raise InstallError("pinned binary missing")
+
+
+@pytest.mark.parametrize("confirmed", [False, True])
+def test_model_errors_become_the_adapters_http_errors(confirmed):
+    from coding_agent_rl.adapter.errors import PolicyRejected, from_model_error
+
+    up = from_model_error(model_errors.UpstreamError("down", status=504, confirmed=confirmed))
+    assert isinstance(up, UpstreamError) and up.status == 504
+    assert up.infra_evidence is confirmed and up.failure_kind == "infra"
+    rejected = from_model_error(model_errors.PolicyRejected("bad ids"))
+    assert isinstance(rejected, PolicyRejected) and rejected.status == 400
+    assert rejected.failure_kind == "model" and not rejected.infra_evidence

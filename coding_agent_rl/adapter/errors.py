@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from coding_agent_rl.errors import CodingAgentRLError, FailureKind
+from coding_agent_rl.model import errors as model_errors
 
 
 class AdapterError(CodingAgentRLError):
@@ -93,6 +94,13 @@ class ClientGone(CodingAgentRLError):
 
     failure_kind: ClassVar[FailureKind] = "model"
     default_stage = "adapter"
+
+
+def from_model_error(err: model_errors.ModelError) -> AdapterError:
+    """The HTTP error the adapter answers with for a failed model call."""
+    if isinstance(err, model_errors.UpstreamError):
+        return UpstreamError(err.message, status=err.status, confirmed=err.infra_evidence)
+    return PolicyRejected(err.message)
 
 
 def error_note(err: AdapterError) -> str:

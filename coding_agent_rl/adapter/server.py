@@ -37,11 +37,11 @@ from coding_agent_rl.adapter.images import ImagePath
 from coding_agent_rl.adapter.listeners import DEFAULT_MAX_CONNECTIONS, CappedSockSite
 from coding_agent_rl.adapter.openai_chat import OpenAIChat
 from coding_agent_rl.adapter.openai_responses import OpenAIResponses
-from coding_agent_rl.adapter.render import Renderer
 from coding_agent_rl.adapter.sessions import SessionConfig, SessionStore
-from coding_agent_rl.adapter.sglang import SGLangClient
 from coding_agent_rl.adapter.turns import TurnEngine
 from coding_agent_rl.adapter.wire import WireFormat, parse_request
+from coding_agent_rl.model.render import Renderer
+from coding_agent_rl.model.sglang import SGLangClient
 from coding_agent_rl.multimodal.parts import ImageSettings
 from coding_agent_rl.sandbox.netns import netns_cookie
 

@@ -23,13 +23,14 @@ import threading
 from typing import Any
 
 from coding_agent_rl.adapter.canonical import message_key, tools_key
-from coding_agent_rl.adapter.errors import PolicyAborted
+from coding_agent_rl.adapter.errors import PolicyAborted, from_model_error
 from coding_agent_rl.adapter.images import ImagePath
-from coding_agent_rl.adapter.parsers import parse_assistant
-from coding_agent_rl.adapter.render import Renderer
 from coding_agent_rl.adapter.sessions import RecordedTurn, Session, SessionConfig
-from coding_agent_rl.adapter.sglang import Generation, SGLangClient, empty_length_generation
 from coding_agent_rl.adapter.wire import Reply, WireRequest
+from coding_agent_rl.model.errors import ModelError
+from coding_agent_rl.model.parsers import parse_assistant
+from coding_agent_rl.model.render import Renderer
+from coding_agent_rl.model.sglang import Generation, SGLangClient, empty_length_generation
 from coding_agent_rl.multimodal.parts import ImageSettings
 from coding_agent_rl.trajectory.turn import Turn
 
@@ -218,12 +219,15 @@ class TurnEngine:
         if not prepared.budget_left:  # the context is full: an empty `length` turn, no call
             return empty_length_generation()
         media = {"image_data": [i.ref.data_url for i in prepared.images]} if prepared.images else {}
-        gen = await self.sglang.generate(
-            prepared.prompt_ids,
-            prepared.sampling,
-            routing_key=prepared.routing_key or sid,
-            **media,
-        )
+        try:
+            gen = await self.sglang.generate(
+                prepared.prompt_ids,
+                prepared.sampling,
+                routing_key=prepared.routing_key or sid,
+                **media,
+            )
+        except ModelError as e:
+            raise from_model_error(e) from e
         if gen.finish_reason == "abort":
             reason = f"the policy server aborted a request ({gen.abort_message})"
             with self._aborted_lock:

@@ -10,7 +10,7 @@ import argparse
 import asyncio
 import logging
 
-from coding_agent_rl.adapter.parsers import TOOL_PARSERS
+from coding_agent_rl.model.parsers import TOOL_PARSERS
 from coding_agent_rl.policy import load_policy
 
 log = logging.getLogger(__name__)

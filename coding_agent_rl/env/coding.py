@@ -27,8 +27,6 @@ import time
 from typing import Any
 
 from coding_agent_rl import settings
-from coding_agent_rl.adapter.parsers import parse_assistant
-from coding_agent_rl.adapter.parsers.xml_calls import convert
 from coding_agent_rl.env.base import BaseInteractionEnv, EnvOutcome, FatalEnvError
 from coding_agent_rl.env.editor import run_editor
 from coding_agent_rl.env.tools import (
@@ -45,6 +43,8 @@ from coding_agent_rl.grading.grade import grade
 from coding_agent_rl.grading.prepared import GradingSandbox, sandbox_options_for
 from coding_agent_rl.grading.workspace import prepare_workspace
 from coding_agent_rl.harness.agent_user import agent_user_script, default_home
+from coding_agent_rl.model.parsers import parse_assistant
+from coding_agent_rl.model.parsers.xml_calls import convert
 from coding_agent_rl.sandbox import BACKENDS, Sandbox, SandboxError, SandboxGone, create_sandbox
 
 log = logging.getLogger(__name__)

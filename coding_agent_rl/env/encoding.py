@@ -26,8 +26,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from coding_agent_rl.adapter.render import Renderer
 from coding_agent_rl.errors import EnvFailure
+from coding_agent_rl.model.render import Renderer
 from coding_agent_rl.multimodal.buffer import merge_chunks
 from coding_agent_rl.multimodal.parts import ImageSettings, render_with_images
 

@@ -114,8 +114,8 @@ class _State:
     SGLang client."""
 
     def __init__(self, args: Any):
-        from coding_agent_rl.adapter.sglang import SGLangClient
         from coding_agent_rl.env.encoding import ChatEncoder
+        from coding_agent_rl.model.sglang import SGLangClient
         from coding_agent_rl.multimodal.processor import VisionProcessor, has_image_processor
         from coding_agent_rl.tokenizer import load_tokenizer
 

@@ -45,12 +45,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from coding_agent_rl.adapter.errors import PolicyRejected, UpstreamError
 from coding_agent_rl.env.base import EnvError, FatalEnvError, call, split_reset, split_step
 from coding_agent_rl.env.encoding import ChatEncoder, Encoded, ObservationError
 from coding_agent_rl.env.episode import ABORTED, TRUNCATED, Episode, LoopConfig
 from coding_agent_rl.env.turns import TurnRecord, preview, turn_event
 from coding_agent_rl.errors import FailureKind
+from coding_agent_rl.model.errors import PolicyRejected, UpstreamError
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ BACKOFF_CAP_S = 5.0
 
 
 class Engine(Protocol):
-    """What the loop generates with: :class:`~coding_agent_rl.adapter.sglang.SGLangClient`."""
+    """What the loop generates with: :class:`~coding_agent_rl.model.sglang.SGLangClient`."""
 
     async def generate(
         self, input_ids: list[int], sampling_params: dict[str, Any], *, routing_key: str

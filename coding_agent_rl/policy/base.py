@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from coding_agent_rl.adapter.parsers import format_tool_calls
+from coding_agent_rl.model.parsers import format_tool_calls
 
 IM_END = "<|im_end|>"
 _TOOLS_BLOCK = re.compile(r"<tools>\n(.*?)\n</tools>", re.S)  # not the "<tools></tools>" mention

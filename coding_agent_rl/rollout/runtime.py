@@ -74,9 +74,9 @@ class Runtime:
             raise
 
     async def _start(self) -> Runtime:
-        from coding_agent_rl.adapter.render import Renderer
         from coding_agent_rl.adapter.server import AdapterConfig, AdapterServer
         from coding_agent_rl.harness import get_harness
+        from coding_agent_rl.model.render import Renderer
         from coding_agent_rl.rollout.isolation import AgentNetwork, agent_network_mode
         from coding_agent_rl.tokenizer import load_tokenizer
 
@@ -214,8 +214,8 @@ class Runtime:
         return None if path is None else VisionProcessor.load(path, self.tokenizer)
 
     def _native_runner(self, sglang_url: str | None, on_open: Any) -> Any:
-        from coding_agent_rl.adapter.sglang import SGLangClient
         from coding_agent_rl.env.encoding import ChatEncoder
+        from coding_agent_rl.model.sglang import SGLangClient
         from coding_agent_rl.rollout.native import NativeOptions, NativeRunner
 
         cfg = self.config

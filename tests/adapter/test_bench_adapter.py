@@ -30,7 +30,7 @@ def test_bench_adapter_json_line(capsys):
 def test_bench_adapter_slowed_extend_misses_and_exits_1(monkeypatch, capsys):
     import time
 
-    from coding_agent_rl.adapter.render import Renderer
+    from coding_agent_rl.model.render import Renderer
 
     real = Renderer.extend
 

@@ -14,8 +14,8 @@ import pytest
 from support.adapter_clients import gemini_follow_up, gemini_reply, post, recorded
 from support.vision_helpers import png
 
-from coding_agent_rl.adapter.parsers import format_tool_calls
 from coding_agent_rl.adapter.sessions import new_session_id
+from coding_agent_rl.model.parsers import format_tool_calls
 
 SCRIPT = {
     "steps": [

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from support.adapter_clients import recorded
 
-from coding_agent_rl.adapter.parsers import format_tool_calls
+from coding_agent_rl.model.parsers import format_tool_calls
 
 pytestmark = pytest.mark.agents
 

@@ -12,9 +12,9 @@ import pytest
 from support.adapter_clients import BASH, anthropic_reply, parse_sse, post, recorded
 from support.sglang_stand_in import SGLangStandIn
 
-from coding_agent_rl.adapter.errors import UpstreamError
 from coding_agent_rl.adapter.server import AdapterConfig, AdapterServer
-from coding_agent_rl.adapter.sglang import SGLangClient
+from coding_agent_rl.model.errors import UpstreamError
+from coding_agent_rl.model.sglang import SGLangClient
 
 BODY = {
     "model": "m",

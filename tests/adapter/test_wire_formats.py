@@ -20,7 +20,7 @@ from support.adapter_clients import (
     responses_reply,
 )
 
-from coding_agent_rl.adapter.parsers import format_tool_calls
+from coding_agent_rl.model.parsers import format_tool_calls
 
 SCRIPT = {
     "steps": [

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from coding_agent_rl.adapter.sglang import SGLangClient
 from coding_agent_rl.env.encoding import ChatEncoder
+from coding_agent_rl.model.sglang import SGLangClient
 from coding_agent_rl.policy.scripted import ScriptedPolicy
 from coding_agent_rl.policy.server import PolicyServer
 from coding_agent_rl.tokenizer import qwen3_tokenizer_dir
@@ -126,8 +126,8 @@ async def fresh_env_generate() -> AsyncIterator[None]:
 async def openai_endpoint(tokenizer) -> AsyncIterator[Callable[..., Any]]:
     """``start(script) -> base URL`` of an OpenAI-compatible server: our adapter (sessions
     admitted on first use) in front of the scripted CPU policy."""
-    from coding_agent_rl.adapter.render import Renderer
     from coding_agent_rl.adapter.server import AdapterConfig, AdapterServer
+    from coding_agent_rl.model.render import Renderer
 
     started: list[Any] = []
 

@@ -21,13 +21,13 @@ import torch
 from PIL import Image
 from support.vision_helpers import noise, png
 
-from coding_agent_rl.adapter.sglang import SGLangClient
 from coding_agent_rl.cli import main
 from coding_agent_rl.env.base import BaseInteractionEnv
 from coding_agent_rl.env.encoding import ChatEncoder
 from coding_agent_rl.env.episode import LoopConfig
 from coding_agent_rl.env.loop import run_episode
 from coding_agent_rl.env.sample import fill_sample
+from coding_agent_rl.model.sglang import SGLangClient
 from coding_agent_rl.multimodal.images import ImageLimits
 from coding_agent_rl.multimodal.parts import ImageSettings
 from coding_agent_rl.policy.hf import HFPolicy

@@ -13,10 +13,10 @@ import collections
 import pytest
 from support.calc_env import TOOLS, AsyncCalcEnv, CalcEnv
 
-from coding_agent_rl.adapter.parsers import parse_assistant
 from coding_agent_rl.env.episode import LoopConfig
 from coding_agent_rl.env.loop import run_episode
 from coding_agent_rl.env.sample import fill_sample, rollout_metrics
+from coding_agent_rl.model.parsers import parse_assistant
 from coding_agent_rl.policy.base import pseudo_logprob
 from coding_agent_rl.policy.scripted import ScriptedPolicy
 from coding_agent_rl.types import Sample, Status

@@ -7,7 +7,7 @@ import subprocess
 
 import aiohttp
 
-from coding_agent_rl.adapter.parsers import parse_assistant
+from coding_agent_rl.model.parsers import parse_assistant
 from coding_agent_rl.policy.replay import CHUNK, DONE, NO_PATCH, ReplayPolicy
 from coding_agent_rl.policy.server import PolicyServer
 

@@ -8,7 +8,7 @@ import json
 import aiohttp
 import pytest
 
-from coding_agent_rl.adapter.parsers import parse_assistant
+from coding_agent_rl.model.parsers import parse_assistant
 from coding_agent_rl.policy.scripted import ScriptedPolicy
 from coding_agent_rl.policy.server import PolicyServer
 

@@ -15,8 +15,8 @@ import asyncio
 import json
 from typing import Any
 
-from coding_agent_rl.adapter.parsers import parse_assistant
 from coding_agent_rl.env.base import BaseInteractionEnv, EnvError, FatalEnvError
+from coding_agent_rl.model.parsers import parse_assistant
 
 TOOLS = [
     {

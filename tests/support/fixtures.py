@@ -25,7 +25,7 @@ def tokenizer() -> Any:
 @pytest.fixture(scope="session")
 def renderer(tokenizer: Any) -> Any:
     """The adapter's renderer over the real tokenizer and our chat template."""
-    from coding_agent_rl.adapter.render import Renderer
+    from coding_agent_rl.model.render import Renderer
 
     return Renderer(tokenizer)
 

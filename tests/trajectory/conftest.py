@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from coding_agent_rl.adapter.render import Renderer
 from coding_agent_rl.adapter.server import AdapterConfig, AdapterServer
 from coding_agent_rl.harness import cache
 from coding_agent_rl.harness.claude_code import ClaudeCode
+from coding_agent_rl.model.render import Renderer
 from coding_agent_rl.policy.scripted import ScriptedPolicy
 from coding_agent_rl.policy.server import PolicyServer
 

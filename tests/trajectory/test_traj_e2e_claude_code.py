@@ -32,9 +32,9 @@ from pathlib import Path
 import pytest
 from support.traj_sim import Recorder
 
-from coding_agent_rl.adapter.render import Renderer
 from coding_agent_rl.harness.claude_code import ClaudeCode
 from coding_agent_rl.harness.context import HarnessContext
+from coding_agent_rl.model.render import Renderer
 from coding_agent_rl.trajectory import build_samples
 from coding_agent_rl.trajectory.tree import text_of
 from coding_agent_rl.types import Sample, Status

@@ -46,7 +46,7 @@ def _best_of(repeat: int, fn) -> tuple[Any, float]:
 def run_session(
     context: int, seed: int = 0, tokenizer_spec: str = "qwen3", repeat: int = 3
 ) -> dict[str, Any]:
-    from coding_agent_rl.adapter.render import Renderer
+    from coding_agent_rl.model.render import Renderer
     from coding_agent_rl.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(tokenizer_spec)

@@ -353,7 +353,7 @@ def saturation(cpu: dict[str, Any]) -> str:
 
 
 def _direct_sessions(url: str, work: Workload, sessions: int) -> list[DirectSession]:
-    from coding_agent_rl.adapter.render import Renderer
+    from coding_agent_rl.model.render import Renderer
     from coding_agent_rl.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer("qwen3")

@@ -14,7 +14,7 @@ class InstantEngine:
     """An in-process engine: hands out pre-rendered outputs (generation cost: none)."""
 
     def __init__(self, outputs: list[list[int]]):
-        from coding_agent_rl.adapter.sglang import Generation
+        from coding_agent_rl.model.sglang import Generation
 
         self._make = Generation
         self.outputs = outputs

@@ -12,10 +12,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from coding_agent_rl.adapter.parsers.common import ToolParser
-from coding_agent_rl.adapter.parsers.json_calls import JsonToolCalls
-from coding_agent_rl.adapter.parsers.reasoning import Qwen3Reasoning
-from coding_agent_rl.adapter.parsers.xml_calls import XmlToolCalls
+from coding_agent_rl.model.parsers.common import ToolParser
+from coding_agent_rl.model.parsers.json_calls import JsonToolCalls
+from coding_agent_rl.model.parsers.reasoning import Qwen3Reasoning
+from coding_agent_rl.model.parsers.xml_calls import XmlToolCalls
 
 TOOL_PARSERS: dict[str, ToolParser] = {
     "qwen25": JsonToolCalls("qwen25"),

@@ -19,7 +19,7 @@ import ast
 import json
 from typing import Any
 
-from coding_agent_rl.adapter.parsers.common import (
+from coding_agent_rl.model.parsers.common import (
     CALL_CLOSE,
     CALL_OPEN,
     ToolParse,

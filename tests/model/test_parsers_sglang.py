@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from coding_agent_rl import settings
-from coding_agent_rl.adapter.parsers import format_tool_calls, parse_assistant
+from coding_agent_rl.model.parsers import format_tool_calls, parse_assistant
 
 SGLANG = "sglang==0.5.23"
 DEPENDENCIES = ("orjson", "partial-json-parser")

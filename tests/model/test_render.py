@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coding_agent_rl.adapter.render import Renderer
+from coding_agent_rl.model.render import Renderer
 from coding_agent_rl.tokenizer import load_tokenizer, qwen3_chat_template
 
 IM_START, IM_END, NL = 151644, 151645, 198

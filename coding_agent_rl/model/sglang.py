@@ -31,7 +31,7 @@ from typing import Any
 
 import aiohttp
 
-from coding_agent_rl.adapter.errors import PolicyRejected, UpstreamError
+from coding_agent_rl.model.errors import PolicyRejected, UpstreamError
 
 log = logging.getLogger(__name__)
 

@@ -7,12 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coding_agent_rl.adapter.parsers import (
+from coding_agent_rl.model.parsers import (
     TOOL_PARSERS,
     format_tool_calls,
     parse_assistant,
 )
-from coding_agent_rl.adapter.render import Renderer
+from coding_agent_rl.model.render import Renderer
 from coding_agent_rl.tokenizer import load_tokenizer
 
 SCHEMA = {

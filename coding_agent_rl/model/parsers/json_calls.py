@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from coding_agent_rl.adapter.parsers.common import (
+from coding_agent_rl.model.parsers.common import (
     CALL_CLOSE,
     CALL_OPEN,
     ToolParse,
