@@ -10,6 +10,7 @@ is at fault (``model``), otherwise the harness is (``infra``). See grade.py for 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import math
@@ -149,8 +150,14 @@ async def _run_plugin(g: Graded) -> None:
     assert g.prepared is not None
     run = await g.run_plugin(g.row.test_cmd or default_test_cmd(g.row))
     g.record(run)
-    v = plugin_verdict(
-        g.row, run, g.prepared.key, g.prepared.canaries, g.timeout, g.prepared.blinding
+    v = await asyncio.to_thread(  # megabytes of records: parsed off the event loop
+        plugin_verdict,
+        g.row,
+        run,
+        g.prepared.key,
+        g.prepared.canaries,
+        g.timeout,
+        g.prepared.blinding,
     )
     g.result.protected_paths_touched += [
         p for p in v.removed if p not in g.result.protected_paths_touched
@@ -168,7 +175,9 @@ async def _run_plugin(g: Graded) -> None:
 async def _plugin_works(g: Graded) -> bool:
     assert g.prepared is not None
     run = await g.run_plugin(g.row.test_cmd or default_test_cmd(g.row))
-    v = plugin_verdict(g.row, run, g.prepared.key, (), g.timeout, g.prepared.blinding)
+    v = await asyncio.to_thread(
+        plugin_verdict, g.row, run, g.prepared.key, (), g.timeout, g.prepared.blinding
+    )
     return not v.ambiguous and not v.evidence
 
 
@@ -195,7 +204,9 @@ async def _run_and_parse(g: Graded, cmd: str) -> tuple[dict[str, str], TestRun]:
         return await _run_swepro(g)
     run = await g.run(cmd)
     try:
-        statuses = parse_log(g.row.log_parser, run.log, junit_xml=run.junit_xml, repo=g.row.repo)
+        statuses = await asyncio.to_thread(  # megabytes of log / JUnit: off the event loop
+            parse_log, g.row.log_parser, run.log, junit_xml=run.junit_xml, repo=g.row.repo
+        )
     except ET.ParseError:
         statuses = {}
     return statuses, run
