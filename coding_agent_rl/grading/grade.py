@@ -88,6 +88,7 @@ from coding_agent_rl.grading.workspace import (
 )
 from coding_agent_rl.patches.files import filter_patch, path_matches
 from coding_agent_rl.sandbox import SandboxError, create_sandbox
+from coding_agent_rl.settings import default
 
 if TYPE_CHECKING:  # the schema imports grading.patchfiles; avoid the cycle at runtime
     from coding_agent_rl.datasets.schema import TaskRow
@@ -103,7 +104,7 @@ async def grade(
     *,
     backend: str = "docker",
     sandbox_options: dict[str, Any] | None = None,
-    timeout: float = 600,
+    timeout: float = default("eval_timeout_s"),
     allow_empty: bool = False,
     max_diff_bytes: int = DEFAULT_MAX_BYTES,
     extra_protected: tuple[str, ...] = (),

@@ -33,6 +33,7 @@ from coding_agent_rl.grading.protect import protected_patterns
 from coding_agent_rl.grading.result import GradeResult
 from coding_agent_rl.patches.files import filter_patch
 from coding_agent_rl.sandbox import BACKENDS
+from coding_agent_rl.settings import default
 
 
 @dataclasses.dataclass
@@ -131,7 +132,7 @@ async def validate_row(
     backend: str = "docker",
     runs: int = 2,
     sandbox_options: dict[str, Any] | None = None,
-    timeout: float = 600,
+    timeout: float = default("eval_timeout_s"),
 ) -> RowReport:
     """Validate one row; the report names the first problem found."""
     t0 = time.monotonic()

@@ -30,6 +30,7 @@ from typing import Any
 from aiohttp import web
 
 from coding_agent_rl.policy.base import GenerateRequest, Policy, PolicyEnv
+from coding_agent_rl.settings import default
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +45,8 @@ class PolicyServer:
     def __init__(
         self,
         policy: Policy,
-        tokenizer: Any = "qwen3",
-        tool_parser: str = "qwen25",
+        tokenizer: Any = default("tokenizer"),
+        tool_parser: str = default("tool_parser"),
         *,
         vision: Any = None,
     ):

@@ -37,6 +37,7 @@ import uuid
 from typing import Any
 
 from coding_agent_rl.datasets import examples_dataset
+from coding_agent_rl.settings import default
 
 TARGET_RATIO = 1.3
 TASKS = examples_dataset()
@@ -57,7 +58,7 @@ def _graded(prepared: Any, row: Any, defences: Any) -> Any:
         prepared.base,
         [],
         GradeResult(),
-        row.test_timeout or 600,
+        row.test_timeout or default("eval_timeout_s"),
         prepared,
         defences,
     )
