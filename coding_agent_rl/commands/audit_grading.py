@@ -30,6 +30,7 @@ import resource
 import sys
 from typing import Any
 
+from coding_agent_rl import settings
 from coding_agent_rl.commands.stall_watch import StallWatch
 from coding_agent_rl.errors import UserError
 from coding_agent_rl.sandbox import BACKENDS
@@ -52,19 +53,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="K",
         help="run each family on K tasks only, taken in turn across the dataset (default: all)",
     )
-    p.add_argument("--agent", default="claude_code")
-    p.add_argument("--sandbox", default="docker", choices=BACKENDS.names())
+    conf = settings.current()
+    p.add_argument("--agent", default=conf.agent)
+    p.add_argument("--sandbox", default=conf.sandbox, choices=BACKENDS.names())
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--agent-budget", type=float, default=300.0, help="seconds per agent run")
     p.add_argument("--eval-timeout", type=float, default=300.0, help="seconds for the tests")
     p.add_argument(
         "--tamper-policy",
         choices=("zero", "flag"),
-        default="zero",
+        default=conf.tamper_policy,
         help="as for run: audit the grading settings you train or evaluate with",
     )
-    p.add_argument("--twin-grade", action="store_true", help="as for run")
-    p.add_argument("--tamper-reward", type=float, default=0.0, metavar="R", help="as for run")
+    p.add_argument("--twin-grade", action=argparse.BooleanOptionalAction, default=conf.twin_grade)
+    p.add_argument("--tamper-reward", type=float, default=conf.tamper_reward, metavar="R")
     p.add_argument(
         "--strict", action="store_true", help="exit 1 on an uncovered win too (see the docs)"
     )

@@ -16,7 +16,9 @@ from coding_agent_rl.settings import default
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", required=True, help="JSONL dataset file")
-    parser.add_argument("--sandbox", default="docker", help="sandbox backend (default: docker)")
+    parser.add_argument(
+        "--sandbox", default=default("sandbox"), help="sandbox backend (default %(default)s)"
+    )
     parser.add_argument("--out", help="write one JSON report per row to this JSONL file")
     parser.add_argument("--concurrency", type=int, default=2, help="rows validated at once")
     parser.add_argument("--runs", type=int, default=2, help="repetitions to catch flaky tests")
