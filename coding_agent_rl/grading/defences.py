@@ -21,13 +21,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import TYPE_CHECKING
 
+from coding_agent_rl.datasets.schema import TaskRow
 from coding_agent_rl.grading.expansion import DEFAULT_MAX_EXPANDED
 from coding_agent_rl.grading.screen import POLICIES
-
-if TYPE_CHECKING:  # the schema imports grading.patchfiles; avoid the cycle at runtime
-    from coding_agent_rl.datasets.schema import TaskRow
 
 PLUGIN_PARSERS = ("pytest", "junit", "swebench")
 # `pytest ...`, `python3 -m pytest ...`, `py.test`, possibly after `cd x &&` / `source ...;`.

@@ -55,8 +55,9 @@ import asyncio
 import logging
 import shlex
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from coding_agent_rl.datasets.schema import TaskRow
 from coding_agent_rl.errors import FailureKind, GradingError
 from coding_agent_rl.grading.after_apply import (
     LIST_MARK,
@@ -89,9 +90,6 @@ from coding_agent_rl.grading.workspace import (
 from coding_agent_rl.patches.files import filter_patch, path_matches
 from coding_agent_rl.sandbox import SandboxError, create_sandbox
 from coding_agent_rl.settings import default
-
-if TYPE_CHECKING:  # the schema imports grading.patchfiles; avoid the cycle at runtime
-    from coding_agent_rl.datasets.schema import TaskRow
 
 log = logging.getLogger(__name__)
 q = shlex.quote

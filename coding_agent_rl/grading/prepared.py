@@ -36,8 +36,9 @@ import posixpath
 import shlex
 import tarfile
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from coding_agent_rl.datasets.schema import TaskRow
 from coding_agent_rl.grading import channel
 from coding_agent_rl.grading.canaries import Blinding, Canary, plan_canaries
 from coding_agent_rl.grading.canaries_legacy import legacy_plan
@@ -58,9 +59,6 @@ from coding_agent_rl.sandbox import BACKENDS, Sandbox, create_sandbox
 from coding_agent_rl.sandbox.base import NetworkUnsupported
 from coding_agent_rl.sandbox.capped_read import EMIT, emit_command, parse_emitted
 from coding_agent_rl.sandbox.task import task_options
-
-if TYPE_CHECKING:  # the schema imports grading.patchfiles; avoid the cycle at runtime
-    from coding_agent_rl.datasets.schema import TaskRow
 
 q = shlex.quote
 log = logging.getLogger(__name__)

@@ -30,11 +30,8 @@ path and the new-module rule.
 from __future__ import annotations
 
 import posixpath
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the schema imports grading.patchfiles; avoid the cycle at runtime
-    from coding_agent_rl.datasets.schema import TaskRow
-
+from coding_agent_rl.datasets.schema import TaskRow
 
 DEFAULT_PROTECTED = (
     "conftest.py",
