@@ -221,7 +221,7 @@ def _pil_images(inputs: Any) -> Any:
     def pil(image: Any) -> Any:
         if not (isinstance(image, str) and image.startswith("data:") and "," in image):
             return image  # already an image object (or not one of ours): as it is
-        # bounded when it entered the rollout (multimodal/images.py): decode as it was checked
+        # bounded when it entered the rollout (multimodal/pictures.py): decode as it was checked
         opened = Image.open(io.BytesIO(base64.b64decode(image.split(",", 1)[1])))
         opened.load()
         return opened

@@ -33,10 +33,10 @@ from coding_agent_rl.adapter.handler import (
     image_allowance,
     read_json,
 )
-from coding_agent_rl.adapter.images import ImagePath
 from coding_agent_rl.adapter.listeners import DEFAULT_MAX_CONNECTIONS, CappedSockSite
 from coding_agent_rl.adapter.openai_chat import OpenAIChat
 from coding_agent_rl.adapter.openai_responses import OpenAIResponses
+from coding_agent_rl.adapter.pictures import ImagePath
 from coding_agent_rl.adapter.render import Renderer
 from coding_agent_rl.adapter.sessions import SessionConfig, SessionStore
 from coding_agent_rl.adapter.sglang import SGLangClient

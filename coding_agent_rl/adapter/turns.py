@@ -24,8 +24,8 @@ from typing import Any
 
 from coding_agent_rl.adapter.canonical import message_key, tools_key
 from coding_agent_rl.adapter.errors import PolicyAborted
-from coding_agent_rl.adapter.images import ImagePath
 from coding_agent_rl.adapter.parsers import parse_assistant
+from coding_agent_rl.adapter.pictures import ImagePath
 from coding_agent_rl.adapter.render import Renderer
 from coding_agent_rl.adapter.sessions import RecordedTurn, Session, SessionConfig
 from coding_agent_rl.adapter.sglang import Generation, SGLangClient, empty_length_generation

@@ -172,15 +172,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--vision",
         metavar="DIR",
-        help="a VLM checkpoint whose image processor expands images (default: the hf: policy's "
-        "directory when it is a VLM); without one images reach the policy as placeholder text",
+        help="a VLM checkpoint whose image processor expands pictures (default: the hf: policy's "
+        "directory when it is a VLM); without one pictures reach the policy as placeholder text",
     )
     p.add_argument(
+        "--picture-option",
         "--image-option",
+        dest="picture_option",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="image setting: max_bytes, max_pixels, max_per_turn, max_per_sample, "
+        help="pictures in prompts: max_bytes, max_pixels, max_per_turn, max_per_sample, "
         "text_only=placeholder|refuse, placeholder=TEXT (repeatable; multimodal/parts.py)",
     )
     p.add_argument(
@@ -238,7 +240,7 @@ def build_config(args: argparse.Namespace):
         sampling_defaults={"max_new_tokens": args.max_new_tokens, "temperature": args.temperature},
         harness_options=native,
         vision=args.vision,
-        images=image_settings(args.image_option),
+        images=picture_settings(args.picture_option),
         rollout=RolloutConfig(
             backend=args.sandbox,
             sandbox_options={**conf.sandbox_options, **parse_options(args.sandbox_option)},
@@ -259,12 +261,12 @@ def build_config(args: argparse.Namespace):
     )
 
 
-def image_settings(items: list[str]):
-    """``--image-option`` values as :class:`ImageSettings` (limits and text-only policy)."""
+def picture_settings(items: list[str]):
+    """``--picture-option`` values as :class:`ImageSettings` (limits and text-only policy)."""
     import dataclasses
 
-    from coding_agent_rl.multimodal.images import ImageLimits
     from coding_agent_rl.multimodal.parts import ImageSettings
+    from coding_agent_rl.multimodal.pictures import ImageLimits
 
     options: dict[str, Any] = parse_options(items)
     limits = {f.name for f in dataclasses.fields(ImageLimits)}
@@ -272,7 +274,7 @@ def image_settings(items: list[str]):
     unknown = sorted(set(options) - limits - top)
     if unknown:
         raise UserError(
-            f"--image-option {unknown[0]}: unknown (one of {', '.join(sorted(limits | top))})"
+            f"--picture-option {unknown[0]}: unknown (one of {', '.join(sorted(limits | top))})"
         )
     try:
         return ImageSettings(
@@ -280,7 +282,7 @@ def image_settings(items: list[str]):
             **{k: str(v) for k, v in options.items() if k in top},
         )
     except (TypeError, ValueError) as e:
-        raise UserError(f"--image-option: {e}") from e
+        raise UserError(f"--picture-option: {e}") from e
 
 
 def native_options(args: argparse.Namespace) -> dict[str, object]:

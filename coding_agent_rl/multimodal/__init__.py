@@ -16,7 +16,7 @@ and ``image_grid_thw``).
 
 from __future__ import annotations
 
-from coding_agent_rl.multimodal.images import ImageError, ImageGate, ImageLimits, ImageRef
+from coding_agent_rl.multimodal.pictures import ImageError, ImageGate, ImageLimits, ImageRef
 from coding_agent_rl.multimodal.processor import ImageItem, VisionProcessor, defuse
 
 __all__ = [

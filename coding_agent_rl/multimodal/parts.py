@@ -1,16 +1,16 @@
 """Image parts of chat messages, made ready for a chat template.
 
 Messages may carry images as content parts in any of the shapes our callers produce: slime's
-``{"type": "image", "image": X}`` (X: anything :func:`~.images.load_image` takes, or an
-:class:`~.images.ImageRef`), OpenAI's ``{"type": "image_url", "image_url": {"url": ...}}``,
+``{"type": "image", "image": X}`` (X: anything :func:`~.pictures.load_image` takes, or an
+:class:`~.pictures.ImageRef`), OpenAI's ``{"type": "image_url", "image_url": {"url": ...}}``,
 Responses' ``{"type": "input_image", "image_url": ...}``, and Anthropic's
 ``{"type": "image", "source": {"type": "base64", "media_type", "data"}}``.
 
-:func:`prepare` walks the messages in order and, through one :class:`~.images.ImageGate`, turns
+:func:`prepare` walks the messages in order and, through one :class:`~.pictures.ImageGate`, turns
 each image part into
 
 * for a VLM: ``{"type": "image"}`` (the template writes its placeholder) and an
-  :class:`~.images.ImageRef` in the returned list, in prompt order; text parts are
+  :class:`~.pictures.ImageRef` in the returned list, in prompt order; text parts are
   :func:`~.processor.defuse`\\ d;
 * for a text-only policy (``ImageSettings.text_only``): ``"placeholder"`` (default) puts
   ``ImageSettings.placeholder`` in its place, naming the image; ``"refuse"`` raises
@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from coding_agent_rl.errors import TaskDataError
-from coding_agent_rl.multimodal.images import (
+from coding_agent_rl.multimodal.pictures import (
     ImageError,
     ImageGate,
     ImageLimits,

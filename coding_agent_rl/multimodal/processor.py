@@ -22,7 +22,7 @@ import dataclasses
 import pathlib
 from typing import Any
 
-from coding_agent_rl.multimodal.images import ImageRef
+from coding_agent_rl.multimodal.pictures import ImageRef
 
 VISION_START, VISION_END, IMAGE_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>"
 VISION_TOKENS = (VISION_START, VISION_END, IMAGE_PAD, "<|vision_pad|>", "<|video_pad|>")
@@ -86,7 +86,7 @@ class VisionProcessor:
 
     def check(self, ref: ImageRef) -> None:
         """Raise :class:`ImageError` for an image this processor cannot take (its resize rule)."""
-        from coding_agent_rl.multimodal.images import ImageError
+        from coding_agent_rl.multimodal.pictures import ImageError
 
         count = getattr(self.image_processor, "get_number_of_image_patches", None)
         if count is None:
@@ -115,7 +115,7 @@ class VisionProcessor:
 
     def process_bytes(self, images: list[bytes]) -> list[ImageItem]:
         """:meth:`process` for encoded images (PNG/JPEG/... bytes), with default limits."""
-        from coding_agent_rl.multimodal.images import ImageLimits, load_image
+        from coding_agent_rl.multimodal.pictures import ImageLimits, load_image
 
         return self.process([load_image(raw, ImageLimits()) for raw in images])
 

@@ -150,7 +150,7 @@ class PolicyServer:
     def _images(self, req: GenerateRequest, image_data: Any) -> str | None:
         """Pair ``image_data`` with the image-token runs of the ids; the problem, or None."""
         from coding_agent_rl.multimodal.buffer import merge_chunks
-        from coding_agent_rl.multimodal.images import ImageError, ImageLimits, load_image
+        from coding_agent_rl.multimodal.pictures import ImageError, ImageLimits, load_image
 
         if self.vision is None:
             return "image_data given but this policy server has no image processor"

@@ -5,7 +5,7 @@ format the agent spoke, with wire ids dropped so that equality means "the same c
 
 * ``{"role": "system", "content": str}``
 * ``{"role": "user", "content": str}`` (or, when it shows images, a list of text parts and the
-  client's image parts: ``adapter/images.py``; tool messages likewise)
+  client's image parts: ``adapter/pictures.py``; tool messages likewise)
 * ``{"role": "assistant", "content": str, "reasoning_content": str (optional),
   "tool_calls": [{"type": "function", "function": {"name": str, "arguments": dict}}]}``
 * ``{"role": "tool", "name": str (optional), "content": str}``

@@ -23,7 +23,6 @@ from collections.abc import Callable
 from typing import Any
 
 from coding_agent_rl.adapter.errors import BadRequest
-from coding_agent_rl.multimodal.images import ImageLimits, ImageRef
 from coding_agent_rl.multimodal.parts import (
     ImageSettings,
     ImagesRefused,
@@ -32,6 +31,7 @@ from coding_agent_rl.multimodal.parts import (
     is_image_part,
     render_with_images,
 )
+from coding_agent_rl.multimodal.pictures import ImageLimits, ImageRef
 
 __all__ = ["ImagePath", "append_text", "content", "is_image_part", "prefix_text"]
 from coding_agent_rl.multimodal.processor import ImageItem, VisionProcessor
