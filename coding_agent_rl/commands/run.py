@@ -241,14 +241,14 @@ def build_config(args: argparse.Namespace):
         harness_options=native,
         vision=args.vision,
         images=picture_settings(args.picture_option),
-        rollout=RolloutConfig(
+        rollout=RolloutConfig.from_settings(
+            conf,
             backend=args.sandbox,
             sandbox_options={**conf.sandbox_options, **parse_options(args.sandbox_option)},
             agent_budget_s=args.agent_budget,
             eval_timeout_s=args.eval_timeout,
             deadline_s=args.rollout_deadline,
             model_name=args.model_name,
-            prompt_template=conf.prompt_template,
             max_context=args.max_context,
             reward_mode=args.reward_mode,
             max_turns=args.max_turns,

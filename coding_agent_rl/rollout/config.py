@@ -6,7 +6,7 @@ import dataclasses
 import pathlib
 from typing import Any, Literal
 
-from coding_agent_rl.settings import default
+from coding_agent_rl.settings import Settings, default
 from coding_agent_rl.types import Sample
 
 
@@ -55,6 +55,23 @@ class RolloutConfig:
     @property
     def deadline(self) -> float:
         return self.deadline_s or self.agent_budget_s + 2 * self.eval_timeout_s + 600.0
+
+    @classmethod
+    def from_settings(cls, conf: Settings, **overrides: Any) -> RolloutConfig:
+        """Every field named like a setting takes the setting's value (``backend`` is
+        ``sandbox``, ``deadline_s`` is ``rollout_deadline_s``); ``overrides`` win. A new rollout
+        setting then needs only its settings field and its field here."""
+        values: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            name = SETTING_NAMES.get(field.name, field.name)
+            if name in Settings.model_fields:
+                value = getattr(conf, name)
+                values[field.name] = dict(value) if isinstance(value, dict) else value
+        return cls(**{**values, **overrides})
+
+
+# RolloutConfig fields whose setting has another name.
+SETTING_NAMES = {"backend": "sandbox", "deadline_s": "rollout_deadline_s"}
 
 
 @dataclasses.dataclass

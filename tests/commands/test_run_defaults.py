@@ -102,3 +102,54 @@ def test_the_cli_uses_the_variable_end_to_end(monkeypatch, tmp_path, capsys):
     assert main(["run", *REQUIRED]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "CODING_AGENT_RL_AGENT_BUDGET_S" in err
+
+
+SHARED = {  # a RolloutConfig field -> a value unlike its setting's default
+    "backend": "local",
+    "sandbox_options": {"memory": "2g"},
+    "agent_budget_s": 11.0,
+    "eval_timeout_s": 12.0,
+    "deadline_s": 99.0,
+    "reward_mode": "split",
+    "model_name": "m",
+    "tamper_policy": "flag",
+    "twin_grade": True,
+    "tamper_reward": -1.0,
+    "agent_network": "none",
+    "prompt_template": "do {problem_statement}",
+}
+
+
+def _shared_settings() -> settings.Settings:
+    from coding_agent_rl.rollout.config import SETTING_NAMES
+
+    return settings.Settings(**{SETTING_NAMES.get(k, k): v for k, v in SHARED.items()})
+
+
+def test_every_rollout_field_named_like_a_setting_takes_it():
+    import dataclasses
+
+    from coding_agent_rl.rollout.config import SETTING_NAMES, RolloutConfig
+
+    shared = {
+        f.name
+        for f in dataclasses.fields(RolloutConfig)
+        if SETTING_NAMES.get(f.name, f.name) in settings.Settings.model_fields
+    }
+    assert shared - {"out_dir"} == set(SHARED)
+    config = RolloutConfig.from_settings(_shared_settings(), model_name="flag wins")
+    assert {k: getattr(config, k) for k in SHARED} == {**SHARED, "model_name": "flag wins"}
+
+
+def test_slimes_entry_builds_the_same_rollout_config_from_the_settings():
+    """slime's path (``generate.runtime_config_from_args``) drops no rollout setting."""
+    import types
+
+    from coding_agent_rl.generate import runtime_config_from_args
+    from coding_agent_rl.rollout.config import RolloutConfig
+
+    conf = _shared_settings()
+    args = types.SimpleNamespace(sglang_router_ip="127.0.0.1", sglang_router_port=1)
+    rollout = runtime_config_from_args(args, conf).rollout
+    expected = RolloutConfig.from_settings(conf)
+    assert {k: getattr(rollout, k) for k in SHARED} == {k: getattr(expected, k) for k in SHARED}
