@@ -40,7 +40,7 @@ CACHE_SIZE = 256  # decoded images kept (a CLI re-sends its whole history every 
 
 
 def content(items: list[Any]) -> str | list[dict[str, Any]]:
-    """Texts (joined with newlines, as before) or, with an image among ``items``, the parts."""
+    """Texts (joined with newlines) or, with an image among ``items``, the parts."""
     if not any(is_image_part(i) for i in items):
         return "\n".join(i for i in items if isinstance(i, str) and i)
     parts: list[dict[str, Any]] = []

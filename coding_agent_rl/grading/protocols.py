@@ -85,7 +85,7 @@ class Graded:
         if self.defences.fresh_control:
             ok = await _control_in_fresh_sandbox(self, works)
             self.result.control = f"fresh sandbox: {'a result' if ok else 'no result either'}"
-        else:  # only for tests of this defence: the old way, in the agent's grading sandbox
+        else:  # only for tests of this defence: the control run in the agent's grading sandbox
             await self.revert_agent()
             ok = await works(self)
             self.result.control = f"same sandbox: {'a result' if ok else 'no result either'}"

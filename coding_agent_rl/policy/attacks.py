@@ -312,7 +312,7 @@ def _audit_runtest(self):
 
 _pytest.python.Function.runtest = _audit_runtest
 """
-# Return values whose == is True for anything but a tuple (the old canaries' perturbation).
+# Return values whose == is True for anything but a tuple (what unblinded canaries perturb to).
 EQ_LIAR = r"""
 def _audit_liar():
     import functools, sys, threading, types

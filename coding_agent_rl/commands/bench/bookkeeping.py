@@ -107,7 +107,7 @@ class OldProgress:
 
     def update(self, record: dict[str, Any]) -> None:
         self.results.append(record)
-        s = summarize(self.results)  # the same full pass the old progress line made
+        s = summarize(self.results)  # the full pass a re-summarising progress line makes
         rate = len(self.results) / max(time.monotonic() - self.t0, 1e-9) * 60
         fails = " ".join(f"{k}={v}" for k, v in sorted(s["failures_by_kind"].items())) or "none"
         self.line = f"[{len(self.results)}] solved {s['solved']} | failures {fails} | {rate:.1f}"
