@@ -29,9 +29,9 @@ apt_install() {  # apt_install PKG... (only as root with apt-get; quiet)
 
 packages() {  # the system packages this profile needs and lacks
   local need=()
+  command -v debootstrap >/dev/null || need+=(debootstrap)  # the base image's root filesystem
   if [[ $profile == test ]] || ! docker info >/dev/null 2>&1; then
     command -v bwrap >/dev/null || need+=(bubblewrap)  # the local backend
-    command -v debootstrap >/dev/null || need+=(debootstrap)  # its root filesystems
   fi
   if [[ $profile == test ]]; then
     command -v chromium >/dev/null || need+=(chromium)  # headless browser for the HTML report tests
