@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What runs outside the venv, installed where it can be. Usage: setup-env.sh [BIN] [PROFILE]
-#   demo: a Docker engine, the base image and Claude Code (`make demo`); without an engine,
-#         bubblewrap and debootstrap for the local backend instead.
+#   demo: a Docker engine, the base image (built with debootstrap) and Claude Code (`make demo`);
+#         without an engine, bubblewrap for the local backend instead.
 #   test: (default) all of the above plus what the tests use (`make test`).
 # Idempotent: a second run finds everything in place and returns in seconds. Each step's time
 # is printed ("setup-env: STEP took Ns").
