@@ -320,6 +320,6 @@ def build_env(sample: Any = None, args: Any = None, **_: Any) -> CodingEnv:
     return CodingEnv(
         row,
         config,
-        prompt=render_prompt(row.problem_statement, row.workdir),
+        prompt=render_prompt(row.problem_statement, row.workdir, conf.prompt_template),
         files={f"{row.workdir}/{PROBLEM_FILE}": row.problem_statement},
     )
