@@ -128,8 +128,8 @@ class Settings(BaseSettings):
     """How tool calls are parsed from the policy's text: qwen25 | hermes | qwen3_coder (slime's
     ``sglang_tool_call_parser`` wins on its path)."""
     reasoning_parser: str | None = Field("qwen3", validation_alias=_env("REASONING_PARSER"))
-    """How reasoning is split from the policy's text: qwen3 | none (slime's
-    ``sglang_reasoning_parser`` wins on its path)."""
+    """How reasoning is split from the policy's text: qwen3 | none (slime's path uses its
+    ``sglang_reasoning_parser``)."""
 
     # ---- the adapter -----------------------------------------------------------------------
     adapter_port: int | None = Field(None, validation_alias=_env("ADAPTER_PORT", "ADAPTER_PORT"))
