@@ -24,7 +24,7 @@ from typing import Any
 
 from coding_agent_rl.adapter.canonical import message_key, tools_key
 from coding_agent_rl.adapter.errors import PolicyAborted, from_model_error
-from coding_agent_rl.adapter.images import ImagePath
+from coding_agent_rl.adapter.pictures import ImagePath
 from coding_agent_rl.adapter.sessions import RecordedTurn, Session, SessionConfig
 from coding_agent_rl.adapter.wire import Reply, WireRequest
 from coding_agent_rl.model.errors import ModelError

@@ -55,7 +55,7 @@ class BaseHarness(abc.ABC):
     # shipped as a JavaScript bundle).
     runtime: ClassVar[tuple[NpmPackage, ...]] = ()
     version_args: ClassVar[tuple[str, ...]] = ("--version",)
-    capabilities: ClassVar[Capabilities | None] = None  # the README's table row
+    capabilities: ClassVar[Capabilities | None] = None  # its row of the docs/agents.md table
     extra_args_env: ClassVar[str | None] = None  # e.g. SLIME_AGENT_CC_EXTRA_ARGS
     extra_env_env: ClassVar[str | None] = None  # e.g. SLIME_AGENT_CC_EXTRA_ENVS
 
