@@ -2,7 +2,8 @@
 
 ``--custom-generate-function-path coding_agent_rl.generate.generate``,
 ``--custom-rm-path coding_agent_rl.generate.reward`` and
-``--custom-reward-post-process-path coding_agent_rl.generate.post_process_rewards``.
+``--custom-reward-post-process-path coding_agent_rl.generate.post_process_rewards`` (or
+``post_process_tree_rewards`` for tree rollouts: step-level advantages).
 
 Once per process (on the first call): the tokenizer from ``args.hf_checkpoint``, the adapter in a
 background thread (``ADAPTER_PORT``, else ephemeral), SGLang at ``args.sglang_router_ip/port``.
@@ -314,3 +315,13 @@ def post_process_rewards(args: Any, samples: Sequence[Any]) -> tuple[list[float]
         reward_key=key,
     )
     return raw, rewards
+
+
+def post_process_tree_rewards(args: Any, samples: Sequence[Any]) -> tuple[list[float], list[float]]:
+    """``--custom-reward-post-process-path``: like :func:`post_process_rewards`, except that the
+    samples of a tree rollout (``metadata.tree_id``) get step-level advantages: each branch
+    against the siblings sharing its prefix, the root's stretches from its subtree
+    (:mod:`coding_agent_rl.trajectory.branching`)."""
+    from coding_agent_rl.trajectory.branching import tree_rewards
+
+    return tree_rewards(args, samples, post_process_rewards)

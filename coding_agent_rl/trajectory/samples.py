@@ -10,6 +10,8 @@ trailing untrained tokens (after an empty final output) are dropped.
 
 Rules:
 
+* Replayed turns (a branch's prefix, :attr:`Turn.replay`) are never trained: their tokens
+  stay as context, trained once in the rollout they were sampled in.
 * Trained once: a turn on several chains (a shared prefix) is trained by one of them: ``final``
   first, then among ``subagent``/``wipe`` chains the one whose leaf came last, ``aux`` last. So
   when a wipe chain shares its beginning with the final chain, the final chain trains the shared
@@ -107,8 +109,13 @@ def _cut(d: _Draft, end: int) -> int:
     return removed
 
 
-def _owned_by(owner: dict[int, int], seg_id: int, turn: Turn) -> bool:
-    """Whether ``turn`` is trained in the segment ``seg_id`` (its highest-ranked chain)."""
+def _owned_by(
+    owner: dict[int, int], seg_id: int, train: Callable[[Turn], bool] | None, turn: Turn
+) -> bool:
+    """Whether ``turn`` is trained in the segment ``seg_id`` (its highest-ranked chain): never
+    a replayed turn (a branch's prefix is trained in its root), nor one ``train`` refuses."""
+    if turn.replay is not None or (train is not None and not train(turn)):
+        return False
     return owner.get(turn.index) == seg_id
 
 
@@ -162,8 +169,11 @@ def build_samples(
     realign_max: int = DEFAULT_REALIGN_MAX,
     include_aux: bool = False,
     decode: Callable[[list[int]], str] | None = None,
+    train: Callable[[Turn], bool] | None = None,
 ) -> list[Sample]:
-    """The session's training samples; ``[]`` when no sampled token is left to train."""
+    """The session's training samples; ``[]`` when no sampled token is left to train.
+    ``train``: only the turns it accepts are trained (the rest stay as context), e.g. one
+    stretch of a tree's root between branch points (trajectory/branching.py)."""
     if not turns:
         return []
     if len({t.session_id for t in turns}) > 1:
@@ -178,7 +188,7 @@ def build_samples(
     drafts: list[tuple[Segment, _Draft, int]] = []
     for seg in ordered:
         for piece in _pieces(seg.chain.links, seg.chain.turns):
-            d = _draft(piece, functools.partial(_owned_by, owner, id(seg)))
+            d = _draft(piece, functools.partial(_owned_by, owner, id(seg), train))
             start = _fit(d, max_context, max_response)
             if start is not None:
                 drafts.append((seg, d, start))

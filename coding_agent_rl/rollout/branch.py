@@ -1,0 +1,163 @@
+"""Tree rollouts: a root rollout, then branches that replay its first k turns and sample anew.
+
+A branch is an ordinary rollout of the same task, CLI and prompt in a fresh sandbox whose
+adapter session replays the root's first k turns (adapter/replay.py): the CLI gets the root's
+replies, its tools run again, and from turn k the policy samples. Replayed turns are untrained
+in the branch; the root's samples are cut at the branch points (trajectory/branching.py) so
+each stretch can take its own advantage (``generate.post_process_tree_rewards``).
+
+Divergence rule: a replayed request whose rendered prompt differs from the root's still gets the
+root's reply and the branch goes on. Its trained tokens are sampled by the policy in the context
+actually sent, so they stay exact; what the divergence costs is the claim that the branch shares
+the root's prefix. It is recorded, never hidden: ``record["tree"]["replay"]`` counts the
+diverged turns and keeps the first one's token index and decoded snippets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from coding_agent_rl.adapter.replay import ReplayPlan
+from coding_agent_rl.rollout.config import RolloutConfig, RolloutOutcome
+from coding_agent_rl.rollout.runner import BranchTap, RolloutRunner
+from coding_agent_rl.trajectory import build_samples
+from coding_agent_rl.trajectory.branching import in_stretch, pick_branch_turns, stretches
+from coding_agent_rl.trajectory.turn import Turn
+from coding_agent_rl.types import Sample
+
+# per-sample labels build_samples sets; not carried from the root's samples into its stretches
+_LABELS = (
+    "segment",
+    "segment_index",
+    "num_segments",
+    "turns",
+    "turn_range",
+    "trained_turns",
+    "truncated",
+    "truncation_reason",
+    "ill_formed",
+    "use_tool",
+    "realigned_tokens",
+    "dispatch_turn",
+    "subagent_result_turn",
+    "aux_reason",
+    "rollout_reward",
+)
+GRADED_KINDS = (None, "model")  # a root that failed otherwise (infra, aborted) grows no tree
+
+
+@dataclasses.dataclass
+class TreeSpec:
+    """``branches`` branches at turn ``branch_at`` each, or (``branch_at`` None) one at each of
+    the ``branches`` turns where the root's policy was least sure."""
+
+    branches: int = 2
+    branch_at: int | None = None
+
+    def turns(self, root_turns: Sequence[Turn]) -> list[int]:
+        """The branch turns for a root with ``root_turns`` (those past its end are dropped)."""
+        if self.branch_at is None:
+            return pick_branch_turns(root_turns, self.branches)
+        if not 0 < self.branch_at < len(root_turns):
+            return []
+        return [self.branch_at] * self.branches
+
+
+def replay_summary(turns: Sequence[Turn], k: int) -> dict[str, Any]:
+    """What a branch's replay did: turns replayed, how many diverged, the first divergence."""
+    marks = [t.replay for t in sorted(turns, key=lambda t: t.index) if t.replay is not None]
+    diverged = [m for m in marks if m.get("diverged")]
+    return {
+        "planned": k,
+        "replayed": len(marks),
+        "diverged": len(diverged),
+        "first_divergence": diverged[0] if diverged else None,
+        "tokens_replayed": sum(len(t.output_ids) for t in turns if t.replay is not None),
+        "tokens_sampled": sum(len(t.output_ids) for t in turns if t.replay is None),
+    }
+
+
+def _tag(outcome: RolloutOutcome, tree: dict[str, Any]) -> None:
+    for s in outcome.samples:
+        s.metadata.update(
+            tree_id=tree["tree_id"],
+            parent_rollout_id=tree["parent_rollout_id"],
+            branch_turn=tree["branch_turn"],
+        )
+    outcome.record["tree"] = tree
+
+
+def recut_root(
+    outcome: RolloutOutcome,
+    turns: Sequence[Turn],
+    cuts: Sequence[int],
+    config: RolloutConfig,
+    decode: Callable[[list[int]], str] | None,
+) -> list[Sample]:
+    """The root's samples, one set per stretch between branch points (``tree_stretch``)."""
+    first = outcome.samples[0]
+    base = dataclasses.replace(
+        first, metadata={k: v for k, v in first.metadata.items() if k not in _LABELS}
+    )
+    reward = float(outcome.record.get("reward") or 0.0)
+    out: list[Sample] = []
+    for lo, hi in stretches(cuts, len(turns)):
+        for s in build_samples(
+            turns,
+            base,
+            reward=reward,
+            reward_mode=config.reward_mode,
+            max_context=config.max_context,
+            max_response=config.max_response,
+            decode=decode,
+            train=in_stretch(lo, hi),
+        ):
+            s.metadata["tree_stretch"] = [lo, hi]
+            out.append(s)
+    return out
+
+
+async def run_tree(
+    runner: RolloutRunner,
+    row: Any,
+    base: Sample,
+    spec: TreeSpec,
+    branch_indices: Sequence[int],
+    *,
+    sampling_params: dict[str, Any] | None = None,
+) -> list[RolloutOutcome]:
+    """The root's outcome, then one per branch (``branch_indices[i]``: the i-th branch's sample
+    index and rollout id). A root that was not graded, or too short to branch, stays alone."""
+    root_tap = BranchTap()
+    t0 = time.monotonic()
+    root = await runner.run(row, base, sampling_params=sampling_params, tap=root_tap)
+    root_s = time.monotonic() - t0
+    tree_id = root.record["rollout_id"]
+    turns = root_tap.turns
+    ks = spec.turns(turns) if root.record.get("failure_kind") in GRADED_KINDS else []
+    ks = ks[: len(branch_indices)]
+    _tag(root, {"tree_id": tree_id, "parent_rollout_id": None, "branch_turn": None})
+    root.record["tree"].update(branch_turns=ks, root_turns=len(turns), wall_s=round(root_s, 3))
+    if not ks:
+        return [root]
+    root.samples = recut_root(root, turns, ks, runner.config, runner.decode) or root.samples
+
+    async def branch(k: int, index: int) -> RolloutOutcome:
+        tap = BranchTap(replay=ReplayPlan.from_turns(turns, k))
+        b = dataclasses.replace(base, index=index, rollout_id=index, metadata=dict(base.metadata))
+        start = time.monotonic()
+        out = await runner.run(row, b, sampling_params=sampling_params, tap=tap)
+        _tag(out, {"tree_id": tree_id, "parent_rollout_id": tree_id, "branch_turn": k})
+        out.record["tree"].update(
+            replay=replay_summary(tap.turns, k), wall_s=round(time.monotonic() - start, 3)
+        )
+        return out
+
+    branches = await asyncio.gather(
+        *(branch(k, i) for k, i in zip(ks, branch_indices, strict=False))
+    )
+    return [root, *branches]
