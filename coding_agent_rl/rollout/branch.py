@@ -51,6 +51,14 @@ GRADED_KINDS = (None, "model")  # a root that failed otherwise (infra, aborted) 
 
 
 @dataclasses.dataclass
+class TreeMember:
+    """One rollout of a tree: its outcome and its recorded turns (replay marks included)."""
+
+    outcome: RolloutOutcome
+    turns: list[Turn]
+
+
+@dataclasses.dataclass
 class TreeSpec:
     """``branches`` branches at turn ``branch_at`` each, or (``branch_at`` None) one at each of
     the ``branches`` turns where the root's policy was least sure."""
@@ -129,8 +137,8 @@ async def run_tree(
     branch_indices: Sequence[int],
     *,
     sampling_params: dict[str, Any] | None = None,
-) -> list[RolloutOutcome]:
-    """The root's outcome, then one per branch (``branch_indices[i]``: the i-th branch's sample
+) -> list[TreeMember]:
+    """The root, then one member per branch (``branch_indices[i]``: the i-th branch's sample
     index and rollout id). A root that was not graded, or too short to branch, stays alone."""
     root_tap = BranchTap()
     t0 = time.monotonic()
@@ -143,10 +151,10 @@ async def run_tree(
     _tag(root, {"tree_id": tree_id, "parent_rollout_id": None, "branch_turn": None})
     root.record["tree"].update(branch_turns=ks, root_turns=len(turns), wall_s=round(root_s, 3))
     if not ks:
-        return [root]
+        return [TreeMember(root, turns)]
     root.samples = recut_root(root, turns, ks, runner.config, runner.decode) or root.samples
 
-    async def branch(k: int, index: int) -> RolloutOutcome:
+    async def branch(k: int, index: int) -> TreeMember:
         tap = BranchTap(replay=ReplayPlan.from_turns(turns, k))
         b = dataclasses.replace(base, index=index, rollout_id=index, metadata=dict(base.metadata))
         start = time.monotonic()
@@ -155,9 +163,9 @@ async def run_tree(
         out.record["tree"].update(
             replay=replay_summary(tap.turns, k), wall_s=round(time.monotonic() - start, 3)
         )
-        return out
+        return TreeMember(out, tap.turns)
 
     branches = await asyncio.gather(
         *(branch(k, i) for k, i in zip(ks, branch_indices, strict=False))
     )
-    return [root, *branches]
+    return [TreeMember(root, turns), *branches]
