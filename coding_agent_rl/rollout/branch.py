@@ -169,3 +169,65 @@ async def run_tree(
         *(branch(k, i) for k, i in zip(ks, branch_indices, strict=False))
     )
     return [TreeMember(root, turns), *branches]
+
+
+async def run_trees(
+    rows: list[Any],
+    config: Any,
+    writer: Any,
+    spec: TreeSpec,
+    *,
+    concurrency: int = 4,
+    n_samples: int = 1,
+    info: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``run --branch-at/--branches``: each of the ``n_samples`` rollouts per task is the root of
+    a tree; roots and branches are written as rollouts (branch ``i`` of root ``r`` has sample
+    index ``total + r * branches + i``). In-process only; returns the run's summary."""
+    from coding_agent_rl.rollout.batch import Progress, make_samples
+    from coding_agent_rl.rollout.runtime import Runtime
+
+    todo = make_samples(rows, n_samples)
+    total = len(todo)
+    gate = asyncio.Semaphore(concurrency)
+    runtime = Runtime(config)
+    progress = Progress(total * (spec.branches + 1))
+    t0 = time.monotonic()
+    try:
+        await runtime.start()
+
+        runner = runtime.runner
+        assert runner is not None
+
+        async def one(row: Any, base: Sample) -> None:
+            assert base.index is not None
+            indices = [total + base.index * spec.branches + i for i in range(spec.branches)]
+            async with gate:
+                tree = await run_tree(
+                    runner,
+                    row,
+                    base,
+                    spec,
+                    indices,
+                    sampling_params=config.sampling_defaults or None,
+                )
+            for member in tree:
+                member.outcome.record["agent"] = config.agent
+                writer.add(member.outcome.samples, member.outcome.record)
+                progress.update(member.outcome.record)
+
+        await asyncio.gather(*(one(r, s) for r, s in todo))
+    finally:
+        progress.close()
+        await runtime.stop()
+        summary = writer.summary(
+            **(info or {}),
+            agent=config.agent,
+            sandbox=config.rollout.backend,
+            policy=config.policy or config.sglang_url,
+            tokenizer=config.tokenizer,
+            tree={"branches": spec.branches, "branch_at": spec.branch_at},
+            wall_s=round(time.monotonic() - t0, 2),
+        )
+        writer.close(summary)
+    return summary
