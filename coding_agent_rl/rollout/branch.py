@@ -129,6 +129,53 @@ def recut_root(
     return out
 
 
+async def grow_root(
+    runner: RolloutRunner,
+    row: Any,
+    base: Sample,
+    spec: TreeSpec,
+    *,
+    sampling_params: dict[str, Any] | None = None,
+) -> tuple[TreeMember, list[int]]:
+    """Run the root; returns it (samples cut at the branch points) and the branch turns (none
+    when it was not graded or is too short to branch)."""
+    tap = BranchTap()
+    t0 = time.monotonic()
+    root = await runner.run(row, base, sampling_params=sampling_params, tap=tap)
+    turns = tap.turns
+    ks = spec.turns(turns) if root.record.get("failure_kind") in GRADED_KINDS else []
+    tree_id = root.record["rollout_id"]
+    _tag(root, {"tree_id": tree_id, "parent_rollout_id": None, "branch_turn": None})
+    root.record["tree"].update(
+        branch_turns=ks, root_turns=len(turns), wall_s=round(time.monotonic() - t0, 3)
+    )
+    if ks:
+        root.samples = recut_root(root, turns, ks, runner.config, runner.decode) or root.samples
+    return TreeMember(root, turns), ks
+
+
+async def grow_branch(
+    runner: RolloutRunner,
+    row: Any,
+    base: Sample,
+    root: TreeMember,
+    k: int,
+    *,
+    sampling_params: dict[str, Any] | None = None,
+) -> TreeMember:
+    """A branch of ``root`` at turn ``k``, as the rollout ``base`` (its index and rollout id)."""
+    tree_id = root.outcome.record["rollout_id"]
+    tap = BranchTap(replay=ReplayPlan.from_turns(root.turns, k))
+    b = dataclasses.replace(base, metadata=dict(base.metadata))
+    start = time.monotonic()
+    out = await runner.run(row, b, sampling_params=sampling_params, tap=tap)
+    _tag(out, {"tree_id": tree_id, "parent_rollout_id": tree_id, "branch_turn": k})
+    out.record["tree"].update(
+        replay=replay_summary(tap.turns, k), wall_s=round(time.monotonic() - start, 3)
+    )
+    return TreeMember(out, tap.turns)
+
+
 async def run_tree(
     runner: RolloutRunner,
     row: Any,
@@ -140,35 +187,77 @@ async def run_tree(
 ) -> list[TreeMember]:
     """The root, then one member per branch (``branch_indices[i]``: the i-th branch's sample
     index and rollout id). A root that was not graded, or too short to branch, stays alone."""
-    root_tap = BranchTap()
-    t0 = time.monotonic()
-    root = await runner.run(row, base, sampling_params=sampling_params, tap=root_tap)
-    root_s = time.monotonic() - t0
-    tree_id = root.record["rollout_id"]
-    turns = root_tap.turns
-    ks = spec.turns(turns) if root.record.get("failure_kind") in GRADED_KINDS else []
-    ks = ks[: len(branch_indices)]
-    _tag(root, {"tree_id": tree_id, "parent_rollout_id": None, "branch_turn": None})
-    root.record["tree"].update(branch_turns=ks, root_turns=len(turns), wall_s=round(root_s, 3))
-    if not ks:
-        return [TreeMember(root, turns)]
-    root.samples = recut_root(root, turns, ks, runner.config, runner.decode) or root.samples
-
-    async def branch(k: int, index: int) -> TreeMember:
-        tap = BranchTap(replay=ReplayPlan.from_turns(turns, k))
-        b = dataclasses.replace(base, index=index, rollout_id=index, metadata=dict(base.metadata))
-        start = time.monotonic()
-        out = await runner.run(row, b, sampling_params=sampling_params, tap=tap)
-        _tag(out, {"tree_id": tree_id, "parent_rollout_id": tree_id, "branch_turn": k})
-        out.record["tree"].update(
-            replay=replay_summary(tap.turns, k), wall_s=round(time.monotonic() - start, 3)
-        )
-        return TreeMember(out, tap.turns)
-
+    root, ks = await grow_root(runner, row, base, spec, sampling_params=sampling_params)
     branches = await asyncio.gather(
-        *(branch(k, i) for k, i in zip(ks, branch_indices, strict=False))
+        *(
+            grow_branch(
+                runner,
+                row,
+                dataclasses.replace(base, index=i, rollout_id=i),
+                root,
+                k,
+                sampling_params=sampling_params,
+            )
+            for k, i in zip(ks, branch_indices, strict=False)
+        )
     )
-    return [TreeMember(root, turns), *branches]
+    return [root, *branches]
+
+
+class TreeGroups:
+    """``generate()`` with tree rollouts: a group of n samples becomes one tree. slime numbers
+    a group's samples ``index = group_index * n + j``: j = 0 runs the root, j >= 1 waits for it
+    and runs branch j (branch turns from :class:`TreeSpec` with n - 1 branches, reused in turn
+    when the root has fewer). Samples numbered otherwise take slots in order of arrival. When
+    the root grows no tree (not graded, too short), the others run as plain rollouts. A group
+    is forgotten once its n samples have arrived."""
+
+    def __init__(self, branch_at: int | None):
+        self.branch_at = branch_at
+        self._groups: dict[Any, list[Any]] = {}  # key -> [root future, arrivals]
+
+    def _slot(self, base: Sample, n: int, arrivals: int) -> int:
+        if base.index is not None and base.group_index is not None:
+            j = base.index - base.group_index * n
+            if 0 <= j < n:
+                return j
+        return arrivals
+
+    async def run(
+        self,
+        runner: RolloutRunner,
+        row: Any,
+        base: Sample,
+        group_size: int,
+        sampling_params: dict[str, Any] | None,
+    ) -> RolloutOutcome:
+        if group_size < 2 or base.group_index is None:
+            return await runner.run(row, base, sampling_params=sampling_params)
+        key = (row.instance_id, base.group_index)
+        entry = self._groups.setdefault(key, [asyncio.get_running_loop().create_future(), 0])
+        future: asyncio.Future[Any] = entry[0]
+        slot = self._slot(base, group_size, entry[1])
+        entry[1] += 1
+        if entry[1] >= group_size:
+            self._groups.pop(key, None)
+        if slot == 0:
+            spec = TreeSpec(branches=group_size - 1, branch_at=self.branch_at)
+            try:
+                root, ks = await grow_root(runner, row, base, spec, sampling_params=sampling_params)
+            except BaseException:
+                if not future.done():
+                    future.set_result((None, []))
+                raise
+            if not future.done():
+                future.set_result((root, ks))
+            return root.outcome
+        root, ks = await asyncio.shield(future)
+        if root is None or not ks:
+            return await runner.run(row, base, sampling_params=sampling_params)
+        member = await grow_branch(
+            runner, row, base, root, ks[(slot - 1) % len(ks)], sampling_params=sampling_params
+        )
+        return member.outcome
 
 
 async def run_trees(

@@ -98,7 +98,8 @@ def tree_rewards(
     advantage (module docstring) and samples outside any tree go through ``flat`` (the group
     normalisation of ``generate.post_process_rewards``), in order.
 
-    A tree's rollouts are recognised by ``metadata["tree_id"]``; each rollout's reward is its
+    A tree's rollouts are recognised by ``metadata["tree_id"]`` (a tree without a branch in
+    ``samples`` is a plain rollout of its group); each rollout's reward is its
     ``metadata["rollout_reward"]`` (undivided); a root sample's stretch is
     ``metadata["tree_stretch"]`` (``[lo, hi]``; a sample without one takes the root's whole
     advantage ``r_root - V(0)``). A dropped rollout (aborted) gets 0 and is left out of ``V``.
@@ -107,7 +108,10 @@ def tree_rewards(
 
     samples = list(samples)
     key = getattr(args, "reward_key", None)
-    in_tree = [_meta(s).get("tree_id") is not None for s in samples]
+    branched = {
+        _meta(s)["tree_id"] for s in samples if _meta(s).get("parent_rollout_id") is not None
+    }
+    in_tree = [_meta(s).get("tree_id") in branched for s in samples]
     raw, rewards = [0.0] * len(samples), [0.0] * len(samples)
     others = [i for i, t in enumerate(in_tree) if not t]
     if others:
