@@ -108,8 +108,10 @@ def tree_rewards(
 
     samples = list(samples)
     key = getattr(args, "reward_key", None)
-    branched = {
-        _meta(s)["tree_id"] for s in samples if _meta(s).get("parent_rollout_id") is not None
+    branched = {  # trees with a live branch here; the others are plain rollouts of their group
+        _meta(s)["tree_id"]
+        for s in samples
+        if _meta(s).get("parent_rollout_id") is not None and not is_dropped(s)
     }
     in_tree = [_meta(s).get("tree_id") in branched for s in samples]
     raw, rewards = [0.0] * len(samples), [0.0] * len(samples)
@@ -137,10 +139,13 @@ def tree_rewards(
                 branch_reward[s.rollout_id] = (int(meta["branch_turn"]), raw[i])
         if root_reward is None:  # the root was dropped: nothing to compare against
             continue
-        branch_list = list(branch_reward.items())
-        root_adv, branch_adv = tree_advantages(root_reward, [v for _, v in branch_list])
-        by_branch = {rid: a for (rid, _), a in zip(branch_list, branch_adv, strict=True)}
-        whole = sum(root_adv.values())
+        value = tree_values(root_reward, list(branch_reward.values()))
+        by_branch = {rid: r - value(k) for rid, (k, r) in branch_reward.items()}
+        # the root's stretches as it was cut (a branch point whose branch was dropped included)
+        los = [
+            int(_meta(samples[i])["tree_stretch"][0]) for i in members if _is_stretch(samples[i])
+        ]
+        last = max(los, default=0)
         for i in members:
             s = samples[i]
             if is_dropped(s):
@@ -150,15 +155,16 @@ def tree_rewards(
                 rewards[i] = by_branch[s.rollout_id]
                 continue
             stretch = meta.get("tree_stretch")
-            rewards[i] = whole if stretch is None else _stretch_advantage(root_adv, stretch)
+            if stretch is None:  # the root uncut: its whole advantage
+                rewards[i] = root_reward - value(0)
+                continue
+            lo, hi = int(stretch[0]), int(stretch[1])
+            rewards[i] = (root_reward if lo == last else value(hi)) - value(lo)
         if any(math.isnan(rewards[i]) for i in members):
             raise ValueError(f"tree {tree_id!r}: NaN advantage")
     return raw, rewards
 
 
-def _stretch_advantage(root_adv: dict[int, float], stretch: Sequence[int]) -> float:
-    """The advantage of the root's stretch ``[lo, hi]``."""
-    lo = int(stretch[0])
-    if lo not in root_adv:
-        raise ValueError(f"no tree stretch starts at turn {lo}")
-    return root_adv[lo]
+def _is_stretch(sample: Any) -> bool:
+    meta = _meta(sample)
+    return meta.get("parent_rollout_id") is None and meta.get("tree_stretch") is not None

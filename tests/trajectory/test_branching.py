@@ -141,3 +141,34 @@ def test_worked_example_through_slimes_conversion():
         )
     )._post_process_rewards(samples)
     assert default != pytest.approx(want)
+
+
+def dropped_branch(rid: int, at: int):
+    meta = {"tree_id": 0, "parent_rollout_id": 0, "branch_turn": at}
+    return to_caller(
+        aborted_sample(Sample(group_index=0, index=rid, metadata=meta), "infra"), SlimeSample()
+    )
+
+
+def test_dropped_branches_leave_the_tree_or_its_values():
+    """A branch point whose only branch was dropped stays a stretch of the root, valued
+    without it: root 0 cut at 2 and 5, branch at 2 (reward 1), the one at 5 dropped. V(0) =
+    V(2) = 1/2, V(5) = 0: stretches 0, -1/2, 0; the branch 1/2. A tree whose every branch was
+    dropped is a plain rollout of its group (normalised with the group's others)."""
+    args = slime_args(
+        rewards_normalization=True, grpo_std_normalization=False, advantage_estimator="grpo"
+    )
+    root = [
+        *tree_rollout(0, 0.0, 1, None, None, tree_stretch=[0, 2]),
+        *tree_rollout(0, 0.0, 1, None, None, tree_stretch=[2, 5]),
+        *tree_rollout(0, 0.0, 1, None, None, tree_stretch=[5, 8]),
+    ]
+    samples = [*root, *tree_rollout(1, 1.0, 1, 0, 2), dropped_branch(2, 5)]
+    _, rewards = gen.post_process_tree_rewards(args, samples)
+    assert rewards == pytest.approx([0.0, -0.5, 0.0, 0.5, 0.0])
+
+    lone = tree_rollout(0, 1.0, 1, None, None, tree_stretch=[0, 3])
+    plain = tree_rollout(3, 0.0, 1, None, None)
+    plain[0].metadata = {}
+    _, rewards = gen.post_process_tree_rewards(args, [*lone, dropped_branch(2, 3), *plain])
+    assert rewards == pytest.approx([0.5, 0.0, -0.5])
