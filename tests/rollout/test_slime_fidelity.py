@@ -387,7 +387,7 @@ async def test_a_cancelled_generate_returns_after_its_sandboxes_are_gone(slime_w
 
 
 async def test_a_group_becomes_a_tree_and_slime_trains_it_with_step_credit(
-    slime_world, rows, monkeypatch
+    slime_world, rows, tmp_path, monkeypatch
 ):
     """CODING_AGENT_RL_TREE_ROLLOUTS: slime's group of 3 is a root (index 0) and two branches
     at turn 2, which replay the root's two file-writing turns and then follow their own scripts
@@ -395,6 +395,7 @@ async def test_a_group_becomes_a_tree_and_slime_trains_it_with_step_credit(
     [2, end) -> 1/3; the branches 0 - 2/3 and 1 - 2/3."""
     monkeypatch.setenv("CODING_AGENT_RL_TREE_ROLLOUTS", "1")
     monkeypatch.setenv("CODING_AGENT_RL_TREE_BRANCH_AT", "2")
+    monkeypatch.setenv("CODING_AGENT_RL_OUT_DIR", str(tmp_path / "artifacts"))
     monkeypatch.setattr(gen, "_trees", None)
     files = [{"shell": "echo one > one.txt"}, {"shell": "echo two > two.txt"}]
     scripts = {
@@ -437,6 +438,12 @@ async def test_a_group_becomes_a_tree_and_slime_trains_it_with_step_credit(
     assert policy.served["giveup-b"] == 1
     assert policy.served["solve-c"] == len(solve_steps(rows["slugify"]))
     assert root[0].reward == solve[0].reward == 1.0 and giveup[0].reward == 0.0
+    # The replayed tool calls ran again in each branch's own sandbox: the files the root's first
+    # two turns wrote are in every diff, though the branches' own policies never wrote them.
+    for samples in (root, giveup, solve):
+        rel = samples[0].metadata["rollout_record"]["artifacts"]["diff"]
+        diff = (tmp_path / "artifacts" / rel).read_text()
+        assert "+one" in diff and "+two" in diff, rel
 
     flat = [s for samples in out for s in samples]
     data = trainer(args)._convert_samples_to_train_data(flat)
