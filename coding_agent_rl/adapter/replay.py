@@ -33,6 +33,7 @@ class ReplayedTurn:
     prompt_ids: tuple[int, ...]
     output_ids: tuple[int, ...]
     finish_reason: str
+    matched_stop: str | None = None  # a stop string the reply's text is cut at
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +50,13 @@ class ReplayPlan:
             raise ValueError(f"cannot branch at turn {k}: the rollout has {len(ordered)} turns")
         return cls(
             tuple(
-                ReplayedTurn(t.index, tuple(t.prompt_ids), tuple(t.output_ids), t.finish_reason)
+                ReplayedTurn(
+                    t.index,
+                    tuple(t.prompt_ids),
+                    tuple(t.output_ids),
+                    t.finish_reason,
+                    t.matched_stop,
+                )
                 for t in ordered[:k]
             )
         )

@@ -227,7 +227,8 @@ class TurnEngine:
         self._refuse_if_aborted(sid)
         if prepared.replay is not None:  # a branch's prefix: the recorded reply, no policy call
             out = list(prepared.replay.output_ids)
-            return Generation(out, [0.0] * len(out), prepared.replay.finish_reason)
+            replay = prepared.replay
+            return Generation(out, [0.0] * len(out), replay.finish_reason, replay.matched_stop)
         if not prepared.budget_left:  # the context is full: an empty `length` turn, no call
             return empty_length_generation()
         media = {"image_data": [i.ref.data_url for i in prepared.images]} if prepared.images else {}
@@ -282,6 +283,7 @@ class TurnEngine:
             images=prepared.images,
             image_ends=prepared.image_ends,
             replay=prepared.replay_mark,
+            matched_stop=gen.matched_stop,
         )
         reply = Reply(
             model=request.model,

@@ -45,6 +45,7 @@ class Turn:
     # A branch's replayed turn (adapter/replay.py): which recorded turn answered it and whether
     # the prompt diverged from that turn's; its output is the recorded one, never trained here.
     replay: dict[str, Any] | None = None
+    matched_stop: str | None = None  # the stop string that ended the output (SGLang's), if any
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (images as their count: their tensors go to the samples)."""

@@ -430,7 +430,12 @@ async def test_a_group_becomes_a_tree_and_slime_trains_it_with_step_credit(
         # every sampled token trained, no replayed one
         metrics = record["metrics"]
         assert metrics["tokens_trained"] == replay["tokens_sampled"] > 0
-        assert metrics["tokens_generated"] == replay["tokens_sampled"] + replay["tokens_replayed"]
+        assert metrics["tokens_generated"] == replay["tokens_sampled"]
+        # the replayed tokens are exactly the ones the root trains in its stretch [0, 2)
+        first = [s for s in root if s.metadata["tree_stretch"][0] == 0]
+        assert replay["tokens_replayed"] == sum(
+            n for s in first for _, _, n in s.metadata["trained_turns"]
+        )
         assert sum(sum(s.loss_mask) for s in samples) == replay["tokens_sampled"]
     assert all(s.metadata["parent_rollout_id"] is None for s in root)
     # The branches' policies never saw the replayed turns: one request each after the prefix

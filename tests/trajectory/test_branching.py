@@ -49,7 +49,9 @@ def test_branch_turns_are_the_most_surprising_sampled_turns():
 
 def test_replay_takes_the_matching_turn_and_records_where_a_prompt_diverged():
     root = [turn(0, [-1.0], [1, 2, 3]), turn(1, [-1.0], [1, 2, 3, 100, 7, 8, 9])]
+    root[1].matched_stop = "</done>"  # a stop string: the replayed reply is cut there again
     plan = ReplayPlan.from_turns(root, 2)
+    assert [t.matched_stop for t in plan.turns] == [None, "</done>"]
     with pytest.raises(ValueError, match="cannot branch at turn 3"):
         ReplayPlan.from_turns(root, 3)
     state = ReplayState(plan)
