@@ -130,6 +130,12 @@ class Settings(BaseSettings):
     reasoning_parser: str | None = Field("qwen3", validation_alias=_env("REASONING_PARSER"))
     """How reasoning is split from the policy's text: qwen3 | none (slime's path uses its
     ``sglang_reasoning_parser``)."""
+    tree_rollouts: bool = Field(False, validation_alias=_env("TREE_ROLLOUTS"))
+    """``generate()``: each group of n samples is one tree, a root and n - 1 branches replaying
+    its first turns (agent CLIs, in-process executor; rollout/branch.py)."""
+    tree_branch_at: int | None = Field(None, ge=1, validation_alias=_env("TREE_BRANCH_AT"))
+    """With tree rollouts: branch at this turn; unset: at the turns where the policy was least
+    sure (mean negative logprob of the sampled tokens)."""
 
     # ---- the adapter -----------------------------------------------------------------------
     adapter_port: int | None = Field(None, validation_alias=_env("ADAPTER_PORT", "ADAPTER_PORT"))

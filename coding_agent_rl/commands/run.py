@@ -85,6 +85,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--n-samples", type=int, default=1, help="rollouts per task (one GRPO group)")
     p.add_argument("--limit", type=int, help="only the first N tasks")
+    # -- tree rollouts (rollout/branch.py) --
+    p.add_argument(
+        "--branches",
+        type=int,
+        default=None,
+        metavar="B",
+        help="grow each rollout into a tree: B branches replaying its first turns in fresh "
+        "sandboxes, then sampling anew (default with --branch-at: 1)",
+    )
+    p.add_argument(
+        "--branch-at",
+        type=int,
+        default=None,
+        metavar="K",
+        help="with --branches: branch at turn K (K turns replayed); default: at the B turns "
+        "where the policy was least sure (mean negative logprob of the sampled tokens)",
+    )
     p.add_argument(
         "--resume",
         action="store_true",
@@ -347,10 +364,23 @@ def run(args: argparse.Namespace) -> int:
     if attempts < 1:
         raise UserError("--resume-attempts must be >= 1")
     executor, concurrency = executor_choice(args)
+    tree = tree_spec(args, executor)
     writer = RunWriter(args.out, resume=args.resume, resume_attempts=attempts)
     with settings.using(settings.current().model_copy(update=executor_settings(args))):
-        summary = asyncio.run(
-            run_batch(
+        if tree is not None:  # tree rollouts (rollout/branch.py)
+            from coding_agent_rl.rollout.branch import run_trees
+
+            coro = run_trees(
+                rows,
+                config,
+                writer,
+                tree,
+                concurrency=concurrency or DEFAULT_CONCURRENCY,
+                n_samples=args.n_samples,
+                info={"dataset": str(args.dataset)},
+            )
+        else:
+            coro = run_batch(
                 rows,
                 config,
                 writer,
@@ -359,7 +389,7 @@ def run(args: argparse.Namespace) -> int:
                 info={"dataset": str(args.dataset)},
                 executor=executor,
             )
-        )
+        summary = asyncio.run(coro)
     keys = (
         "total",
         "graded",
@@ -372,6 +402,23 @@ def run(args: argparse.Namespace) -> int:
     )
     print(json.dumps({k: summary[k] for k in keys}))
     return all_infra_exit(summary)
+
+
+def tree_spec(args: argparse.Namespace, executor: str):
+    """``--branches`` / ``--branch-at`` as a :class:`TreeSpec` (None: plain rollouts)."""
+    from coding_agent_rl.rollout.branch import TreeSpec
+
+    branches, at = getattr(args, "branches", None), getattr(args, "branch_at", None)
+    if branches is None and at is None:
+        return None
+    branches = 1 if branches is None else branches
+    if branches < 1 or (at is not None and at < 1):
+        raise UserError("--branches and --branch-at must be >= 1")
+    if args.agent == "native":
+        raise UserError("--branches: tree rollouts replay an agent CLI's turns; not with native")
+    if executor != "in-process" or args.resume:
+        raise UserError("--branches runs in-process and without --resume")
+    return TreeSpec(branches=branches, branch_at=at)
 
 
 def executor_choice(args: argparse.Namespace) -> tuple[str, int | None]:

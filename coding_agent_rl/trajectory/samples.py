@@ -2,7 +2,7 @@
 
 Chains (:mod:`.tree`), labels (:mod:`.segments`), then one sample per run of turns whose tokens
 continue each other (:mod:`.drift`); ``loss_mask`` is 1 exactly on the sampled tokens a sample
-trains. The rules (trained once, aux chains, budgets, order, weight versions, pictures, reward):
+trains; replayed turns (a branch's prefix) never are. The rules (trained once, aux chains, budgets, order, weight versions, pictures, reward):
 docs/modules/trajectory.md.
 """
 
@@ -82,8 +82,13 @@ def _cut(d: _Draft, end: int) -> int:
     return removed
 
 
-def _owned_by(owner: dict[int, int], seg_id: int, turn: Turn) -> bool:
-    """Whether ``turn`` is trained in the segment ``seg_id`` (its highest-ranked chain)."""
+def _owned_by(
+    owner: dict[int, int], seg_id: int, train: Callable[[Turn], bool] | None, turn: Turn
+) -> bool:
+    """Whether ``turn`` is trained in the segment ``seg_id`` (its highest-ranked chain): never
+    a replayed turn (a branch's prefix is trained in its root), nor one ``train`` refuses."""
+    if turn.replay is not None or (train is not None and not train(turn)):
+        return False
     return owner.get(turn.index) == seg_id
 
 
@@ -137,8 +142,11 @@ def build_samples(
     realign_max: int = DEFAULT_REALIGN_MAX,
     include_aux: bool = False,
     decode: Callable[[list[int]], str] | None = None,
+    train: Callable[[Turn], bool] | None = None,
 ) -> list[Sample]:
-    """The session's training samples; ``[]`` when no sampled token is left to train."""
+    """The session's training samples; ``[]`` when no sampled token is left to train.
+    ``train``: only the turns it accepts are trained (the rest stay as context), e.g. one
+    stretch of a tree's root between branch points (trajectory/branching.py)."""
     if not turns:
         return []
     if len({t.session_id for t in turns}) > 1:
@@ -153,7 +161,7 @@ def build_samples(
     drafts: list[tuple[Segment, _Draft, int]] = []
     for seg in ordered:
         for piece in _pieces(seg.chain.links, seg.chain.turns):
-            d = _draft(piece, functools.partial(_owned_by, owner, id(seg)))
+            d = _draft(piece, functools.partial(_owned_by, owner, id(seg), train))
             start = _fit(d, max_context, max_response)
             if start is not None:
                 drafts.append((seg, d, start))

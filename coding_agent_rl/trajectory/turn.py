@@ -33,6 +33,10 @@ class Turn:
     # run ends in prompt_ids. Sent as SGLang's image_data; a sample takes the ones it holds.
     images: list[Any] = dataclasses.field(default_factory=list)
     image_ends: list[int] = dataclasses.field(default_factory=list)
+    # A branch's replayed turn (adapter/replay.py): which recorded turn answered it and whether
+    # the prompt diverged from that turn's; its output is the recorded one, never trained here.
+    replay: dict[str, Any] | None = None
+    matched_stop: str | None = None  # the stop string that ended the output (SGLang's), if any
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (images as their count: their tensors go to the samples)."""
