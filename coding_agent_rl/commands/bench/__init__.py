@@ -23,7 +23,7 @@ from typing import Any
 
 # A target: (comparison, bound), e.g. ("<=", 1.1): the figure must be <= 1.1.
 Target = tuple[str, float]
-_OPS = {"<=": operator.le, ">=": operator.ge, "==": operator.eq}
+_OPS = {"<=": operator.le, ">=": operator.ge, "==": operator.eq, ">": operator.gt}
 
 BENCHMARKS = {
     "sandbox": "sandbox create/destroy, exec and completion detection vs the docker CLI",
@@ -32,6 +32,7 @@ BENCHMARKS = {
     "native": "the native loop: per-turn overhead at 32k context, rollouts/min vs Claude Code",
     "grading": "tamper-evident grading vs a plain pytest -rA run of the same tests",
     "multimodal": "per-turn image tensors merged once vs concatenated every turn",
+    "agents": "agent CPU seconds and wall time per rollout of every agent CLI, replay policy",
     "bookkeeping": "a finished rollout's bookkeeping at 1k and 10k records vs the old quadratic path",
 }
 

@@ -1,0 +1,86 @@
+"""``coding-agent-rl bench agents``: the real command (real CLIs in Docker, replay policy) reports
+per CLI the agent sandbox's CPU seconds and wall time, the same figures its run's records hold;
+a CLI that cannot solve the task (Qwen Code given a flag it rejects) misses its target and the
+command exits 1. The CPU figure is the sandbox's control group, so a busy loop in it shows."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+from support import BASE_IMAGE
+from support.rollout_helpers import containers
+
+from coding_agent_rl.commands.bench.agents import summarize
+from coding_agent_rl.sandbox import create_sandbox
+
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("example_images")]
+
+
+@pytest.mark.agents
+def test_bench_agents_figures_and_a_broken_cli_misses(tmp_path):
+    run_id = f"bench-agents-{uuid.uuid4().hex[:8]}"
+    cmd = [sys.executable, "-m", "coding_agent_rl.cli", "bench", "agents"]
+    cmd += ["--agents", "claude_code,gemini_cli,qwen_code", "--no-warmup", "--json"]
+    cmd += ["--sandbox-option", f"run_id={run_id}", "--out", str(tmp_path)]
+    env = {**os.environ, "SLIME_AGENT_QWEN_EXTRA_ARGS": "--no-such-flag"}
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    finally:
+        left = containers(run_id)
+        if left:
+            subprocess.run(["docker", "rm", "-f", *left], capture_output=True)
+    assert left == [], "the benchmark left a sandbox behind"
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "bench agents: target missed" in proc.stderr
+    (line,) = proc.stdout.strip().splitlines()
+    out = json.loads(line)
+    assert out["baseline"]["kind"] == "run" and out["baseline"]["agent"] == "claude_code"
+    agents = out["agents"]
+    assert list(agents) == ["claude_code", "gemini_cli", "qwen_code"]
+    assert out["targets_missed"] == ["qwen_code.solved == 1 (got 0)"], out
+    for name in ("claude_code", "gemini_cli"):
+        a = agents[name]
+        # The figures are the run's own records.
+        (rec,) = [json.loads(x) for x in (tmp_path / f"r0-{name}/results.jsonl").open()]
+        assert rec["reward"] == 1.0 and a["solved"] == 1
+        assert a["agent_cpu_s_p50"] == rec["agent_cpu_s"] > 0.1  # a Node.js start alone is more
+        assert a["agent_s_p50"] == rec["timings"]["agent_s"]
+        assert a["total_s_p50"] == rec["timings"]["total_s"]
+    base = agents["claude_code"]["agent_cpu_s_p50"]
+    assert agents["gemini_cli"]["cpu_ratio"] == pytest.approx(
+        agents["gemini_cli"]["agent_cpu_s_p50"] / base, abs=1e-3
+    )
+    assert agents["qwen_code"]["solved"] == 0 and agents["qwen_code"]["failure_reasons"]
+
+
+def test_unmeasured_cpu_is_a_miss():
+    """A backend that cannot read the sandbox's CPU (no ``agent_cpu_s``) never passes."""
+    solved = {"reward": 1.0, "timings": {"agent_s": 2.0, "total_s": 4.0}}
+    result = summarize(
+        {"claude_code": [{**solved, "agent_cpu_s": 1.0}], "codex": [solved]},
+        baseline="claude_code",
+        rounds=1,
+    )
+    assert result["targets_missed"] == [
+        "codex.agent_cpu_s_p50 > 0 (not measured)",
+        "codex.cpu_ratio <= 5 (not measured)",
+    ]
+    assert result["agents"]["codex"]["agent_wall_ratio"] == 1.0
+
+
+async def test_sandbox_cpu_seconds_count_a_busy_loop():
+    """The docker sandbox's CPU seconds: a 2 s busy loop adds about its CPU, a 2 s sleep not."""
+    async with create_sandbox("docker", BASE_IMAGE, run_id=f"cpu-{uuid.uuid4().hex[:8]}") as sb:
+        t0 = await sb.cpu_seconds()
+        await sb.exec("sleep 2")
+        t1 = await sb.cpu_seconds()
+        await sb.exec("timeout 2 sh -c 'while :; do :; done'; true", timeout=30)
+        t2 = await sb.cpu_seconds()
+    assert t0 is not None and t1 is not None and t2 is not None
+    assert t1 - t0 < 0.3, (t0, t1)
+    assert t2 - t1 > 0.5, (t1, t2)  # a shared 2-core machine: the loop gets at least a quarter
