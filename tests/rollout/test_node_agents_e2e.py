@@ -79,6 +79,7 @@ def test_pi_replay_solves_every_task_and_give_up_scores_zero(node_runs):
     assert [r["reward"] for r in solved] == [1.0] * 6, solved
     for record in solved:
         assert record["agent"] == "pi" and record["agent_cpu_s"] > 0, record
+        assert record["isolation"]["agent_network"] == "adapter-only"  # it reached the adapter only
         log = (out["pi"] / record["artifacts"]["agent_log"]).read_text()
         events = [json.loads(x) for x in log.splitlines() if x.startswith('{"type"')]
         calls = [e["toolName"] for e in events if e["type"] == "tool_execution_start"]
