@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("example_images")]
 def test_bench_agents_figures_and_a_broken_cli_misses(tmp_path):
     run_id = f"bench-agents-{uuid.uuid4().hex[:8]}"
     cmd = [sys.executable, "-m", "coding_agent_rl.cli", "bench", "agents"]
-    cmd += ["--agents", "claude_code,gemini_cli,qwen_code", "--no-warmup", "--json"]
+    cmd += ["--agents", "claude_code,qwen_code", "--no-warmup", "--json"]
     cmd += ["--sandbox-option", f"run_id={run_id}", "--out", str(tmp_path)]
     env = {**os.environ, "SLIME_AGENT_QWEN_EXTRA_ARGS": "--no-such-flag"}
     try:
@@ -41,21 +41,22 @@ def test_bench_agents_figures_and_a_broken_cli_misses(tmp_path):
     out = json.loads(line)
     assert out["baseline"]["kind"] == "run" and out["baseline"]["agent"] == "claude_code"
     agents = out["agents"]
-    assert list(agents) == ["claude_code", "gemini_cli", "qwen_code"]
+    assert list(agents) == ["claude_code", "qwen_code"]
     assert out["targets_missed"] == ["qwen_code.solved == 1 (got 0)"], out
-    for name in ("claude_code", "gemini_cli"):
+    for name in ("claude_code", "qwen_code"):
         a = agents[name]
-        # The figures are the run's own records.
+        # The figures are the run's own records (the crashed CLI's CPU is measured too).
         (rec,) = [json.loads(x) for x in (tmp_path / f"r0-{name}/results.jsonl").open()]
-        assert rec["reward"] == 1.0 and a["solved"] == 1
+        assert a["solved"] == (rec["reward"] == 1.0) == (name == "claude_code"), rec
         assert a["agent_cpu_s_p50"] == rec["agent_cpu_s"] > 0.1  # a Node.js start alone is more
         assert a["agent_s_p50"] == pytest.approx(rec["timings"]["agent_s"], abs=1e-3)
         assert a["total_s_p50"] == pytest.approx(rec["timings"]["total_s"], abs=1e-3)
     base = agents["claude_code"]["agent_cpu_s_p50"]
-    assert agents["gemini_cli"]["cpu_ratio"] == pytest.approx(
-        agents["gemini_cli"]["agent_cpu_s_p50"] / base, abs=1e-3
+    assert agents["claude_code"]["cpu_ratio"] == 1.0
+    assert agents["qwen_code"]["cpu_ratio"] == pytest.approx(
+        agents["qwen_code"]["agent_cpu_s_p50"] / base, abs=1e-3
     )
-    assert agents["qwen_code"]["solved"] == 0 and agents["qwen_code"]["failure_reasons"]
+    assert agents["qwen_code"]["failure_reasons"]
 
 
 def test_unmeasured_cpu_is_a_miss():
@@ -68,7 +69,7 @@ def test_unmeasured_cpu_is_a_miss():
     )
     assert result["targets_missed"] == [
         "codex.agent_cpu_s_p50 > 0 (not measured)",
-        "codex.cpu_ratio <= 5 (not measured)",
+        "codex.cpu_ratio <= 10 (not measured)",
     ]
     assert result["agents"]["codex"]["agent_wall_ratio"] == 1.0
 

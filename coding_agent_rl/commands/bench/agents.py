@@ -9,8 +9,9 @@ rollout's (``total_s``), medians over the rounds, and their ratios to ``--baseli
 (default Claude Code) measured the same way in the same run.
 
 Targets, per CLI: the rollout is solved, its CPU seconds were measured, and the CPU ratio to the
-baseline stays within :data:`TARGET_CPU_RATIO` (a CLI that spins a core while it waits on the
-policy misses it). A missed target exits 1 unless ``--no-check``.
+baseline stays within :data:`TARGET_CPU_RATIO`: not a quality bar (the Node.js CLIs measure
+2-6x) but a spin detector: a CLI that keeps a core busy while it waits on the policy uses about
+its wall time in CPU, tens of times the baseline's. A missed target exits 1 unless ``--no-check``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 from coding_agent_rl.commands.bench import Target, add_check_argument, missed_targets, report
 from coding_agent_rl.commands.bench.rollout import TASKS, bench, outcome_of
 
-TARGET_CPU_RATIO = 5.0
+TARGET_CPU_RATIO = 10.0
 
 
 def _p50(xs: list[float]) -> float | None:
