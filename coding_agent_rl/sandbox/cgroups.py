@@ -129,7 +129,8 @@ def breaches(counters: dict[str, int] | None, limits: Limits) -> list[str]:
 
 
 class OwnCgroup:
-    """A control group of our own with ``limits`` (memory = swap, pids, cpus); needs root.
+    """A control group of our own with ``limits`` (memory = swap, pids, cpus) that accounts its
+    CPU time; needs root.
 
     A process joins by writing its pid to ``cgroup.procs`` in each of :attr:`dirs`
     (see :meth:`coding_agent_rl.sandbox.local_limits.LocalLimits.prefix`).
@@ -158,7 +159,13 @@ class OwnCgroup:
             if lim.cpus:
                 (d / "cpu.max").write_text(f"{int(lim.cpus * 100000)} 100000")
             return self
-        for c in ("memory", "pids", "cpu"):
+        for c in ("memory", "pids", "cpu", "cpuacct"):
+            if (
+                c == "cpuacct"
+                and "cpu" in self.dirs
+                and (ROOT / c).resolve() == (ROOT / "cpu").resolve()
+            ):
+                continue  # mounted together with cpu: that group accounts already
             if (ROOT / c).is_dir():
                 d = ROOT / c / self.name
                 d.mkdir(parents=True)

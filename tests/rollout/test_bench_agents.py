@@ -74,11 +74,20 @@ def test_unmeasured_cpu_is_a_miss():
     assert result["agents"]["codex"]["agent_wall_ratio"] == 1.0
 
 
-async def test_sandbox_cpu_seconds_count_a_busy_loop():
-    """The docker sandbox's CPU seconds: a busy loop adds at least the CPU time the loop's own
-    process reports (whatever the machine's load), a 2 s sleep next to nothing."""
+@pytest.mark.parametrize("backend", ["docker", "local"])
+async def test_sandbox_cpu_seconds_count_a_busy_loop(backend):
+    """A sandbox's CPU seconds (its control group): a busy loop adds at least the CPU time the
+    loop's own process reports (whatever the machine's load), a 2 s sleep next to nothing."""
     busy = "python3 -c 'import time; sum(range(10**8)); print(time.process_time())'"
-    async with create_sandbox("docker", BASE_IMAGE, run_id=f"cpu-{uuid.uuid4().hex[:8]}") as sb:
+    if backend == "docker":
+        sb = create_sandbox("docker", BASE_IMAGE, run_id=f"cpu-{uuid.uuid4().hex[:8]}")
+    else:
+        from coding_agent_rl.sandbox.local import bwrap_reason
+
+        if reason := bwrap_reason():
+            pytest.skip(f"SKIPPED (no bubblewrap): {reason}")
+        sb = create_sandbox("local", "host")
+    async with sb:
         t0 = await sb.cpu_seconds()
         await sb.exec("sleep 2")
         t1 = await sb.cpu_seconds()
