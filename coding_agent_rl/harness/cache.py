@@ -47,6 +47,10 @@ class NpmPackage:
     # The program, relative to the install folder, when the main file is a folder (a Node.js
     # bundle: "gemini-cli/gemini.js"); None: the main file itself.
     command: str | None = None
+    # A CLI that is not one bundle: a package-lock.json in ``harness/locks/`` pinning its whole
+    # dependency tree, which ``npm ci`` installs (each package checked against its integrity)
+    # into a tarball of ``package/node_modules/``. None: the package's own tarball.
+    lock: str | None = None
 
     @property
     def spec(self) -> str:
@@ -54,8 +58,10 @@ class NpmPackage:
 
     @property
     def tarball_name(self) -> str:
-        """The file name ``npm pack`` gives it: scope without '@', '/' -> '-'."""
-        return f"{self.name.lstrip('@').replace('/', '-')}-{self.version}.tgz"
+        """The file name ``npm pack`` gives it: scope without '@', '/' -> '-' (``-tree`` added
+        for a locked dependency tree)."""
+        tree = "-tree" if self.lock else ""
+        return f"{self.name.lstrip('@').replace('/', '-')}-{self.version}{tree}.tgz"
 
     @property
     def main(self) -> str:
@@ -96,7 +102,7 @@ def integrity_of(path: pathlib.Path) -> str:
 
 def verify(pkg: NpmPackage, path: pathlib.Path) -> None:
     """Check the tarball against the pinned npm integrity (a local override is not pinned)."""
-    if pkg.integrity is None:
+    if pkg.integrity is None or pkg.lock:  # a tree: npm ci checked each package's integrity
         return
     got = integrity_of(path)
     if got != pkg.integrity:
@@ -121,6 +127,8 @@ def fetch(pkg: NpmPackage) -> pathlib.Path:
             + (f" or set {pkg.tarball_env}" if pkg.tarball_env else "")
         )
     target.parent.mkdir(parents=True, exist_ok=True)
+    if pkg.lock:
+        return _fetch_tree(pkg, npm, target)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp:
         log.info("fetching %s from the npm registry", pkg.spec)
         r = subprocess.run(
@@ -135,6 +143,45 @@ def fetch(pkg: NpmPackage) -> pathlib.Path:
         filename = json.loads(r.stdout)[0]["filename"]
         got = pathlib.Path(tmp) / filename
         verify(pkg, got)
+        os.replace(got, target)
+    return target
+
+
+def read_lock(pkg: NpmPackage) -> dict:
+    """``pkg``'s lock file, checked to pin exactly ``pkg`` (its version and integrity)."""
+    assert pkg.lock
+    path = pathlib.Path(__file__).parent / "locks" / pkg.lock
+    try:
+        lock = json.loads(path.read_text())
+        root = lock["packages"][""]
+        entry = lock["packages"][f"node_modules/{pkg.name}"]
+    except (OSError, ValueError, KeyError) as e:
+        raise FetchError(f"{path}: not a package-lock.json pinning {pkg.name} ({e})") from None
+    if root.get("dependencies") != {pkg.name: pkg.version} or entry.get("version") != pkg.version:
+        raise FetchError(f"{path} does not pin {pkg.spec}")
+    if pkg.integrity is not None and entry.get("integrity") != pkg.integrity:
+        raise FetchError(f"{path} pins another {pkg.spec} tarball than the harness")
+    return lock
+
+
+def _fetch_tree(pkg: NpmPackage, npm: str, target: pathlib.Path) -> pathlib.Path:
+    """``npm ci`` of the lock (no install scripts, no optional packages), tarred up."""
+    lock = read_lock(pkg)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp:
+        log.info("installing %s and its locked dependencies from the npm registry", pkg.spec)
+        root = pathlib.Path(tmp) / "tree"
+        root.mkdir()
+        manifest = {"name": lock["packages"][""].get("name", "tree"), "private": True}
+        manifest["dependencies"] = {pkg.name: pkg.version}
+        (root / "package.json").write_text(json.dumps(manifest))
+        (root / "package-lock.json").write_text(json.dumps(lock))
+        argv = [npm, "ci", "--ignore-scripts", "--omit=optional", "--no-audit", "--no-fund"]
+        r = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=900)
+        if r.returncode != 0:
+            raise FetchError(f"npm ci of {pkg.spec}'s lock failed: {r.stderr.strip()[-1000:]}")
+        got = pathlib.Path(tmp) / target.name
+        with tarfile.open(got, "w:gz", compresslevel=1) as tar:
+            tar.add(root / "node_modules", arcname="package/node_modules")
         os.replace(got, target)
     return target
 

@@ -76,6 +76,9 @@ class HFPolicy(Policy):
         # transformers 5.24 renamed the KV-cache argument (`past_key_values` warns from then on).
         params = inspect.signature(self.model.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        # Only the last position's logits are sampled from: computing the vocabulary's logits
+        # at every prompt position costs seconds per thousand tokens (and GBs) on CPU.
+        self._last_only = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
         self.seed = seed
         self._lock = threading.Lock()  # one generation at a time: torch already uses all cores
 
@@ -107,7 +110,7 @@ class HFPolicy(Policy):
                     finish = {"type": "abort", "message": "aborted by /abort_request"}
                     break
                 # The DynamicCache is updated in place.
-                kwargs = {self._cache_arg: cache}
+                kwargs = {self._cache_arg: cache, **self._last_only}
                 out = self.model(input_ids=step_input, use_cache=True, **kwargs)
                 token, logprob = sample_token(out.logits[0, -1].float(), params, generator)
                 ids.append(token)

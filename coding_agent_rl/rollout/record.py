@@ -4,7 +4,7 @@
 have always been written, and the fields only some records have (``routing_key``,
 ``fail_reason``, ``limit_breach``, ``adapter_errors``, ``artifacts``, ``diff_truncated``,
 ``infra_stage``, the grader's F2P/P2P counts and tamper evidence, ``turns``,
-``num_segments``, ``metrics``, ``timings``, ``profile``, ``retries``, ...) in :attr:`extra`, in
+``num_segments``, ``metrics``, ``timings``, ``profile``, ``agent_cpu_s``, ``retries``, ...) in :attr:`extra`, in
 the order they were set. :meth:`RolloutRecord.as_dict` is the line: the same keys and values
 as the dict it replaces (schema unchanged, no version bump).
 """

@@ -325,7 +325,11 @@ class RolloutRunner:
                 ahead.start()
             with timings.phase("agent_s"):
                 prompt = render_prompt(row.problem_statement, row.workdir, cfg.prompt_template)
+                cpu0 = await sb.cpu_seconds()
                 agent, breach = await self.agent.run(sb, ctx, prompt, sid, self.adapter.engine)
+                cpu1 = await sb.cpu_seconds()
+            if cpu0 is not None and cpu1 is not None:  # the agent sandbox's CPU while it ran
+                record.set(agent_cpu_s=round(cpu1 - cpu0, 3))
             if breach is not None:  # the agent's own doing: the rollout ends here
                 event("limit", sid, breach=breach)
                 record.set(failure_kind="model", fail_reason=breach, limit_breach=breach)

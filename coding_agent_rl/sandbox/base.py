@@ -253,6 +253,11 @@ class Sandbox(abc.ABC):
         (e.g. ``"memory limit 4 GiB exceeded (1 OOM kill(s))"``); [] when none (or unknown)."""
         return []
 
+    async def cpu_seconds(self) -> float | None:
+        """CPU seconds used so far by every process of this sandbox (its control group's
+        accounting, read on this host); None when the backend cannot tell."""
+        return None
+
     # ---- shared behaviour ----------------------------------------------------------------------
     async def __aenter__(self) -> Sandbox:
         if self._state != "new":

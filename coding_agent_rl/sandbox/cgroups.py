@@ -66,7 +66,7 @@ def _group_dirs(pid: int) -> dict[str, pathlib.Path]:
         if controllers == "" and unified():
             dirs[""] = ROOT / rel
         for c in controllers.split(","):
-            if c in ("memory", "pids"):
+            if c in ("memory", "pids", "cpuacct"):
                 dirs[c] = ROOT / c / rel
     return dirs
 
@@ -94,6 +94,28 @@ def counters_of_pid(pid: int) -> dict[str, int] | None:
     return _read_dirs(dirs)
 
 
+def cpu_seconds_of_dirs(dirs: dict[str, pathlib.Path]) -> float | None:
+    """CPU time used by every process that was ever in the group (v2 ``cpu.stat`` usage_usec,
+    v1 ``cpuacct.usage``); None when not accounted."""
+    if "" in dirs:
+        text = _read(dirs[""] / "cpu.stat")
+        return _field(text, "usage_usec") / 1e6 if "usage_usec" in text else None
+    for c in ("cpuacct", "cpu"):  # "cpu" holds it where the two are mounted together
+        text = _read(dirs[c] / "cpuacct.usage").strip() if c in dirs else ""
+        if text.isdigit():
+            return int(text) / 1e9
+    return None
+
+
+def cpu_seconds_of_pid(pid: int) -> float | None:
+    """CPU seconds of ``pid``'s group, read on this host; None when gone or not accounted."""
+    try:
+        dirs = _group_dirs(pid)
+    except (OSError, ValueError):
+        return None
+    return cpu_seconds_of_dirs(dirs)
+
+
 def breaches(counters: dict[str, int] | None, limits: Limits) -> list[str]:
     """One line per limit the counters show was hit, naming the limit."""
     if not counters:
@@ -107,7 +129,8 @@ def breaches(counters: dict[str, int] | None, limits: Limits) -> list[str]:
 
 
 class OwnCgroup:
-    """A control group of our own with ``limits`` (memory = swap, pids, cpus); needs root.
+    """A control group of our own with ``limits`` (memory = swap, pids, cpus) that accounts its
+    CPU time; needs root.
 
     A process joins by writing its pid to ``cgroup.procs`` in each of :attr:`dirs`
     (see :meth:`coding_agent_rl.sandbox.local_limits.LocalLimits.prefix`).
@@ -136,7 +159,13 @@ class OwnCgroup:
             if lim.cpus:
                 (d / "cpu.max").write_text(f"{int(lim.cpus * 100000)} 100000")
             return self
-        for c in ("memory", "pids", "cpu"):
+        for c in ("memory", "pids", "cpu", "cpuacct"):
+            if (
+                c == "cpuacct"
+                and "cpu" in self.dirs
+                and (ROOT / c).resolve() == (ROOT / "cpu").resolve()
+            ):
+                continue  # mounted together with cpu: that group accounts already
             if (ROOT / c).is_dir():
                 d = ROOT / c / self.name
                 d.mkdir(parents=True)

@@ -293,6 +293,10 @@ class DockerSandbox(Sandbox):
                 f"docker sandbox {self.sandbox_id}: cannot listen inside: {e}"
             ) from e
 
+    async def cpu_seconds(self) -> float | None:
+        pid = self._watch.pid if self._watch is not None and self._state == "open" else None
+        return None if pid is None else await engine.in_thread(cgroups.cpu_seconds_of_pid, pid)
+
     async def limit_breaches(self) -> list[str]:
         watch = self._watch
         if watch is None or self._state != "open":

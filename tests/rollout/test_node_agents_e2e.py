@@ -1,9 +1,9 @@
 """``coding-agent-rl run --agent gemini_cli | qwen_code`` end to end: the real CLIs (Node.js
 bundles and the Node.js binary from the pinned npm tarballs, bind-mounted read-only) in Docker
 sandboxes, reaching only the adapter (adapter-only isolation), to the CPU policy servers — Gemini
-CLI through the Gemini wire format, Qwen Code through OpenAI Chat. The replay policy applies the
-gold patch through each CLI's own shell tool and solves the task; a policy that gives up scores
-0. The three runs go concurrently."""
+CLI through the Gemini wire format, Qwen Code and pi through OpenAI Chat. The replay policy applies
+the gold patch through each CLI's own shell tool and solves the task (pi: every bundled task); a
+policy that gives up scores 0. The runs go concurrently."""
 
 from __future__ import annotations
 
@@ -24,13 +24,18 @@ pytestmark = [pytest.mark.docker, pytest.mark.agents]
 def node_runs(rows, tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("node-agents")
     give_up = write_script(tmp / "give_up.json", [task_rule(rows["slugify"], GIVE_UP)])
-    outs = {name: tmp / name for name in ("replay", "give_up", "qwen")}
+    outs = {name: tmp / name for name in ("replay", "give_up", "qwen", "pi", "pi_give_up")}
     agent = ["--agent", "gemini_cli", "--limit", "1"]
     t0 = time.monotonic()
     procs = {
         "replay": start(outs["replay"], "--policy", "replay", *agent),
         "give_up": start(outs["give_up"], "--policy", give_up, *agent),
         "qwen": start(outs["qwen"], "--policy", "replay", "--agent", "qwen_code", "--limit", "1"),
+        # pi on every bundled task, and giving up on one.
+        "pi": start(outs["pi"], "--policy", "replay", "--agent", "pi", "--concurrency", "3"),
+        "pi_give_up": start(
+            outs["pi_give_up"], "--policy", give_up, "--agent", "pi", "--limit", "1"
+        ),
     }
     try:
         printed = {name: finish(p, outs[name], 600) for name, p in procs.items()}
@@ -66,6 +71,23 @@ def test_qwen_code_replay_solves(node_runs):
     assert solved["reward"] == 1.0 and solved["agent"] == "qwen_code", solved
     log = (out / solved["artifacts"]["agent_log"]).read_text()
     assert '"name":"run_shell_command"' in log  # the patch went through Qwen Code's shell tool
+
+
+def test_pi_replay_solves_every_task_and_give_up_scores_zero(node_runs):
+    out = node_runs["out"]
+    solved, _ = check_run(out["pi"], node_runs["printed"]["pi"], 6)
+    assert [r["reward"] for r in solved] == [1.0] * 6, solved
+    for record in solved:
+        assert record["agent"] == "pi" and record["agent_cpu_s"] > 0, record
+        assert record["isolation"]["agent_network"] == "adapter-only"  # it reached the adapter only
+        log = (out["pi"] / record["artifacts"]["agent_log"]).read_text()
+        events = [json.loads(x) for x in log.splitlines() if x.startswith('{"type"')]
+        calls = [e["toolName"] for e in events if e["type"] == "tool_execution_start"]
+        assert calls and set(calls) == {"bash"}, log[-2000:]  # through pi's own bash tool
+
+    (gave_up,), _ = check_run(out["pi_give_up"], node_runs["printed"]["pi_give_up"], 1)
+    assert gave_up["reward"] == 0.0 and gave_up["failure_kind"] == "model", gave_up
+    assert gave_up["fail_reason"] == "empty diff"
 
 
 def test_gemini_cli_replay_solves_on_the_local_backend(tmp_path):

@@ -23,7 +23,7 @@ from typing import Any
 
 # A target: (comparison, bound), e.g. ("<=", 1.1): the figure must be <= 1.1.
 Target = tuple[str, float]
-_OPS = {"<=": operator.le, ">=": operator.ge, "==": operator.eq}
+_OPS = {"<=": operator.le, ">=": operator.ge, "==": operator.eq, ">": operator.gt}
 
 BENCHMARKS = {
     "sandbox": "sandbox create/destroy, exec and completion detection vs the docker CLI",
@@ -34,6 +34,7 @@ BENCHMARKS = {
     "multimodal": "per-turn image tensors merged once vs concatenated every turn",
     "branch": "reaching turn k of a rollout by prefix replay vs by sampling (tree rollouts)",
     "bookkeeping": "a finished rollout's bookkeeping at 1k and 10k records vs a re-summary of every record (quadratic)",
+    "agents": "agent CPU seconds and wall time per rollout of every agent CLI, replay policy",
 }
 
 

@@ -170,14 +170,16 @@ async def bench(
     out: pathlib.Path,
     sandbox_options: dict[str, Any],
     agent_network: str | None = None,
+    task: str | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``n`` rollouts of the bundled tasks (cycled; only ``task`` when given)."""
     from coding_agent_rl.datasets.schema import load_dataset
     from coding_agent_rl.rollout.batch import run_batch
     from coding_agent_rl.rollout.config import RolloutConfig
     from coding_agent_rl.rollout.outputs import RunWriter
     from coding_agent_rl.rollout.runtime import RuntimeConfig
 
-    tasks = load_dataset(TASKS)
+    tasks = [r for r in load_dataset(TASKS) if task is None or r.instance_id == task]
     rows = [tasks[i % len(tasks)] for i in range(n)]
     config = RuntimeConfig(
         agent=agent,
