@@ -54,8 +54,10 @@ class _Task:
 
     row: TaskRow
     expected: int = 0  # claims still to come (0: unknown)
-    ready: collections.deque[Prepared] = dataclasses.field(default_factory=collections.deque)
-    filling: int = 0
+    # Sandboxes being prepared or prepared for it, oldest first (claims take them in order).
+    ready: collections.deque[asyncio.Future[Prepared]] = dataclasses.field(
+        default_factory=collections.deque
+    )
     snapshot: asyncio.Future[tuple[Snapshot, str]] | None = None
     live: int = 0  # copies of the snapshot not yet closed
 
@@ -78,7 +80,6 @@ class SandboxSupply:
         self.group_size = group_size
         self._tasks: dict[str, _Task] = {}
         self._order: collections.deque[str] = collections.deque()  # expected tasks, in order
-        self._fills: set[asyncio.Future[None]] = set()
         self._closed = False
         self._finished: set[str] = set()  # tasks whose group's copies were all handed out
         if fork and not self.fork:
@@ -111,23 +112,34 @@ class SandboxSupply:
         if not self.active:
             return await self.agent.create_sandbox(row), None
         task = self._task(row)
+        if task.expected:
+            task.expected -= 1
         prepared = None
         while task.ready and prepared is None:
-            candidate = task.ready.popleft()
-            self.stats.pool_size -= 1
+            fut = task.ready.popleft()
+            candidate = await self._claim(fut)
+            if candidate is None:
+                continue
             if await self._healthy(candidate.sandbox):
                 prepared = candidate
                 self.stats.hits += 1
             else:
                 self.stats.replaced += 1
                 await candidate.sandbox.close()
-        if task.expected:
-            task.expected -= 1
         self._refill()
         if prepared is None:
             self.stats.misses += 1
             prepared = await self._make(task)
         return prepared.sandbox, prepared.base_commit
+
+    async def _claim(self, fut: asyncio.Future[Prepared]) -> Prepared | None:
+        """A pooled sandbox (waiting for one still being prepared); None: its preparation
+        failed (logged), the caller takes the next or prepares its own."""
+        await asyncio.wait([fut])
+        if fut.cancelled() or fut.exception() is not None:
+            return None
+        self.stats.pool_size -= 1  # counted in when its preparation ended
+        return fut.result()
 
     @staticmethod
     async def _healthy(sb: Sandbox) -> bool:
@@ -188,7 +200,7 @@ class SandboxSupply:
     async def _maybe_release(self, task: _Task) -> None:
         """Remove ``task``'s snapshot once every copy it owes was made and closed."""
         fut = task.snapshot
-        if fut is None or not fut.done() or task.live or task.filling or task.ready:
+        if fut is None or not fut.done() or task.live or task.ready:
             return
         if self.group_size is None or task.expected > 0:
             return
@@ -211,7 +223,7 @@ class SandboxSupply:
         self._refill()
 
     def _pooled(self) -> int:
-        return sum(len(t.ready) + t.filling for t in self._tasks.values())
+        return sum(len(t.ready) for t in self._tasks.values())
 
     def _refill(self) -> None:
         """Start preparing sandboxes for the tasks expected next, up to ``pool_size``."""
@@ -223,46 +235,31 @@ class SandboxSupply:
         candidates += [t for t in self._tasks.values() if t not in candidates]
         room = self.pool_size - self._pooled()
         for task in candidates:
-            while room > 0 and task.expected > len(task.ready) + task.filling:
-                task.filling += 1
+            while room > 0 and task.expected > len(task.ready):
                 room -= 1
-                fut = asyncio.ensure_future(self._fill(task))
-                self._fills.add(fut)
-                fut.add_done_callback(self._fills.discard)
+                task.ready.append(asyncio.ensure_future(self._fill(task)))
             if room <= 0:
                 break
-        while (
-            self._order
-            and self._tasks.get(self._order[0]) is not None
-            and (self._tasks[self._order[0]].expected == 0)
-        ):
-            self._order.popleft()
 
-    async def _fill(self, task: _Task) -> None:
+    async def _fill(self, task: _Task) -> Prepared:
         try:
             prepared = await self._make(task)
         except Exception as e:  # the claim that finds the pool empty prepares on demand
             log.warning("preparing a pooled sandbox of %s failed: %s", task.row.instance_id, e)
-            return
-        finally:
-            task.filling -= 1
-        if self._closed:
-            await prepared.sandbox.close()
-            return
-        task.ready.append(prepared)
+            raise
         self.stats.pool_size += 1
+        return prepared
 
     async def close(self) -> None:
         """Destroy every unclaimed sandbox and remove every snapshot."""
         self._closed = True
-        for fut in list(self._fills):
-            fut.cancel()
-        if self._fills:
-            await asyncio.wait(list(self._fills))
         for task in list(self._tasks.values()):
             while task.ready:
-                self.stats.pool_size -= 1
-                await task.ready.popleft().sandbox.close()
+                fut = task.ready.popleft()
+                fut.cancel()
+                prepared = await self._claim(fut)
+                if prepared is not None:
+                    await prepared.sandbox.close()
             if task.snapshot is not None:
                 snap, task.snapshot = task.snapshot, None
                 if not snap.done():
