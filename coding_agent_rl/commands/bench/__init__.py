@@ -33,6 +33,8 @@ BENCHMARKS = {
     "grading": "tamper-evident grading vs a plain pytest -rA run of the same tests",
     "multimodal": "per-turn image tensors merged once vs concatenated every turn",
     "bookkeeping": "a finished rollout's bookkeeping at 1k and 10k records vs the old quadratic path",
+    "group": "a GRPO group's sandboxes: one preparation copied n times vs n preparations",
+    "admission": "many sandboxes requested at once with admission control on vs off",
 }
 
 
