@@ -165,6 +165,7 @@ class SandboxSupply:
             except BaseException:
                 await sb.close()
                 raise
+            self.stats.prepared += 1
             return Prepared(sb, base)
         if task.snapshot is None:
             task.snapshot = asyncio.ensure_future(self._snapshot(task.row))
@@ -174,6 +175,7 @@ class SandboxSupply:
         except SandboxError as e:
             raise InfraFailure(f"sandbox: {e}", stage="sandbox") from e
         task.live += 1
+        self.stats.copies += 1
 
         async def released() -> None:
             task.live -= 1
@@ -189,6 +191,7 @@ class SandboxSupply:
             if self.agent.harness is not None:
                 await self.agent.harness.install(sb)
             base = await self.agent.prepare_repo(sb, row)
+            self.stats.prepared += 1
             # From here the snapshot owns ``sb`` (and closes it).
             return await sb.snapshot(**self.agent.sandbox_options(row)), base
         except BaseException as e:

@@ -42,6 +42,8 @@ class Stats:
     hits: int = 0  # claims served from the pool (or a group's copies)
     misses: int = 0  # claims that had to create and prepare on demand
     replaced: int = 0  # claimed sandboxes that failed their health check
+    prepared: int = 0  # agent sandboxes prepared whole by a supply (a group's: once)
+    copies: int = 0  # sandboxes started from a snapshot
     latencies: collections.deque[float] = dataclasses.field(
         default_factory=lambda: collections.deque(maxlen=LATENCY_WINDOW)
     )
@@ -58,7 +60,17 @@ class Stats:
 
 
 # The figures that only grow (a run reports its own share of them).
-CUMULATIVE = ("started", "failed", "timeouts", "retries", "hits", "misses", "replaced")
+CUMULATIVE = (
+    "started",
+    "failed",
+    "timeouts",
+    "retries",
+    "hits",
+    "misses",
+    "replaced",
+    "prepared",
+    "copies",
+)
 
 STATS: collections.defaultdict[str, Stats] = collections.defaultdict(Stats)
 
