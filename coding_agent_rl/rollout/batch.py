@@ -53,6 +53,7 @@ class Progress:
         self.solved = 0
         self.failures: Counter[str] = Counter()
         self.nodes: Counter[str] = Counter()
+        self._sandboxes_before = admission.snapshot()  # the line counts this run's
 
     def line(self) -> str:
         rate = self.done / max(time.monotonic() - self.t0, 1e-9) * 60
@@ -63,7 +64,7 @@ class Progress:
         )
         if len(self.nodes) > 1:
             line += " | " + " ".join(f"{n}={c}" for n, c in sorted(self.nodes.items()))
-        if sandboxes := admission.progress_text():
+        if sandboxes := admission.progress_text(self._sandboxes_before):
             line += " | " + sandboxes
         return line
 

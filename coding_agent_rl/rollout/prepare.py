@@ -130,6 +130,9 @@ class SandboxSupply:
         if prepared is None:
             self.stats.misses += 1
             prepared = await self._make(task)
+        if not self.fork and not task.expected and not task.ready:
+            self._tasks.pop(row.instance_id, None)  # nothing more is owed to this task
+            self._finished.add(row.instance_id)
         return prepared.sandbox, prepared.base_commit
 
     async def _claim(self, fut: asyncio.Future[Prepared]) -> Prepared | None:
@@ -169,7 +172,13 @@ class SandboxSupply:
             return Prepared(sb, base)
         if task.snapshot is None:
             task.snapshot = asyncio.ensure_future(self._snapshot(task.row))
-        snap, base = await asyncio.shield(task.snapshot)
+        making = task.snapshot
+        try:
+            snap, base = await asyncio.shield(making)
+        except Exception:
+            if task.snapshot is making and making.done():
+                task.snapshot = None  # the next claim tries again
+            raise
         try:
             sb = await snap.copy()
         except SandboxError as e:

@@ -161,19 +161,24 @@ def snapshot() -> dict[str, dict[str, Any]]:
     return {backend: stats.as_dict() for backend, stats in STATS.items()}
 
 
-def progress_text() -> str:
-    """The progress line's sandbox part: pool, hits/misses, starting now, start p50 (this
-    process's, every backend together); empty before the first creation."""
-    stats = list(STATS.values())
-    if not any(st.started or st.in_flight or st.hits or st.misses for st in stats):
-        return ""
-    lat = sorted(x for st in stats for x in st.latencies)
-    p50 = f"{lat[len(lat) // 2]:.2f}s" if lat else "-"
-    text = f"sandboxes: starting {sum(st.in_flight for st in stats)}, start p50 {p50}"
-    if any(st.hits or st.misses or st.pool_size for st in stats):
-        text += (
-            f", pool {sum(st.pool_size for st in stats)} hit {sum(st.hits for st in stats)} "
-            f"miss {sum(st.misses for st in stats)}"
+def progress_text(since: dict[str, dict[str, Any]] | None = None) -> str:
+    """The progress line's sandbox part (this process's, every backend together; counts since
+    ``since``, a :func:`snapshot`): creations in flight, start p50, the pool's size, hits and
+    misses, timeouts; empty while nothing was created since."""
+    since = since or {}
+    now = snapshot()
+
+    def total(name: str) -> int:
+        return sum(
+            (f.get(name) or 0) - (since.get(b, {}).get(name) or 0 if name in CUMULATIVE else 0)
+            for b, f in now.items()
         )
-    timeouts = sum(st.timeouts for st in stats)
-    return text + (f", timeouts {timeouts}" if timeouts else "")
+
+    if not (total("started") or total("in_flight") or total("hits") or total("misses")):
+        return ""
+    lat = sorted(x for st in STATS.values() for x in st.latencies)
+    p50 = f"{lat[len(lat) // 2]:.2f}s" if lat else "-"
+    text = f"sandboxes: starting {total('in_flight')}, start p50 {p50}"
+    if total("hits") or total("misses") or total("pool_size"):
+        text += f", pool {total('pool_size')} hit {total('hits')} miss {total('misses')}"
+    return text + (f", timeouts {total('timeouts')}" if total("timeouts") else "")

@@ -68,3 +68,21 @@ async def test_a_creation_that_times_out_is_destroyed_counted_and_retried() -> N
         assert (await sb.exec("true")).ok and stats.timeouts == timeouts + 2
     finally:
         await sb.close()
+
+
+async def test_the_progress_line_and_metrics_prom_count_this_runs_creations(tmp_path) -> None:
+    from coding_agent_rl.rollout.batch import Progress
+    from coding_agent_rl.rollout.outputs import MetricTotals
+
+    progress = Progress(1, stream=open(tmp_path / "log", "w"))  # noqa: SIM115
+    totals = MetricTotals()
+    assert "sandboxes" not in progress.line()  # nothing created in this run yet
+    async with create_sandbox("docker", BASE_IMAGE, run_id=f"test-{uuid.uuid4().hex[:8]}"):
+        pass
+    assert "sandboxes: starting 0, start p50 " in progress.line()
+    totals.add({"reward": 1.0})
+    totals.write(tmp_path / "metrics.prom")
+    prom = (tmp_path / "metrics.prom").read_text()
+    assert 'coding_agent_rl_sandboxes{backend="docker",figure="started"} 1.0' in prom
+    assert 'figure="start_p50_s"}' in prom
+    progress.stream.close()
