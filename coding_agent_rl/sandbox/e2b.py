@@ -243,7 +243,8 @@ class E2BSandbox(Sandbox):
 
     @classmethod
     def supports_snapshot(cls) -> bool:
-        return _accepts(AsyncSandbox.fork, "count")
+        fork = getattr(AsyncSandbox, "fork", None)  # SDKs before 2.x have none
+        return fork is not None and _accepts(fork, "count")
 
     async def snapshot(self, **options: Any) -> Any:
         from coding_agent_rl.sandbox.e2b_snapshot import E2BSnapshot

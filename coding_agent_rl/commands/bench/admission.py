@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import time
 import uuid
 from typing import Any
@@ -79,12 +80,28 @@ async def _burst(n: int, image: str, on: bool) -> dict[str, Any]:
     }
 
 
-async def bench(n: int, image: str) -> dict[str, Any]:
-    off = await _burst(n, image, on=False)
-    on = await _burst(n, image, on=True)
+def _merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several bursts of one mode: failures summed, the latency figures' medians."""
+    out: dict[str, Any] = {"failures": sum(r["failures"] for r in runs)}
+    out["errors"] = sorted({e for r in runs for e in r["errors"]})[:3]
+    out["timeouts"] = sum(r["timeouts"] for r in runs)
+    for key in ("ready_s_p50", "ready_s_p99", "wall_s"):
+        values = [r[key] for r in runs if r[key] is not None]
+        out[key] = round(statistics.median(values), 3) if values else None
+        out[f"{key}_all"] = [r[key] for r in runs]
+    return out
+
+
+async def bench(n: int, image: str, rounds: int = 2) -> dict[str, Any]:
+    runs: dict[bool, list[dict[str, Any]]] = {True: [], False: []}
+    for i in range(rounds):  # alternate which goes first: load drift hits both alike
+        for mode in (False, True) if i % 2 == 0 else (True, False):
+            runs[mode].append(await _burst(n, image, on=mode))
+    on, off = _merge(runs[True]), _merge(runs[False])
     p99_on, p99_off = on["ready_s_p99"], off["ready_s_p99"]
     result: dict[str, Any] = {
         "n": n,
+        "rounds": rounds,
         "on": on,
         "off": off,
         "failures_on": on["failures"],
@@ -97,8 +114,8 @@ async def bench(n: int, image: str) -> dict[str, Any]:
         ),
         "baseline": {
             "kind": "run",
-            "from": f"in this run, before ours: the same {n} sandboxes requested at once with "
-            "admission control off (no cap, no jitter, one attempt)",
+            "from": f"in this run, alternating with ours: the same {n} sandboxes requested at "
+            "once with admission control off (no cap, no jitter, one attempt)",
         },
         "targets": target_table(TARGETS),
     }
@@ -109,6 +126,7 @@ async def bench(n: int, image: str) -> dict[str, Any]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n", type=int, default=64, help="sandboxes requested at once")
     parser.add_argument("--image", default="coding-agent-rl/base:latest")
+    parser.add_argument("--rounds", type=int, default=2, help="on/off pairs, alternating")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     add_check_argument(parser)
 
@@ -116,6 +134,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from coding_agent_rl.errors import UserError
 
-    if args.n < 1:
-        raise UserError("--n must be at least 1")
-    return report("admission", asyncio.run(bench(args.n, args.image)), args)
+    if args.n < 1 or args.rounds < 1:
+        raise UserError("--n and --rounds must be at least 1")
+    return report("admission", asyncio.run(bench(args.n, args.image, args.rounds)), args)
