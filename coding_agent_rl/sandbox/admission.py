@@ -96,9 +96,9 @@ async def creating(backend: str) -> AsyncIterator[None]:
     hit the engine in lockstep), and counts it."""
     conf = settings.current()
     stats = STATS[backend]
+    if stats.in_flight and conf.admission_jitter_s > 0:  # before the slot: it is not held idle
+        await asyncio.sleep(random.uniform(0, conf.admission_jitter_s))
     async with _gate(backend, conf.boot_concurrency):
-        if stats.in_flight and conf.admission_jitter_s > 0:
-            await asyncio.sleep(random.uniform(0, conf.admission_jitter_s))
         stats.in_flight += 1
         t0 = time.monotonic()
         try:
