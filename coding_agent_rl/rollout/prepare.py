@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 HEALTH_TIMEOUT_S = 10.0
+MAX_IDLE_SNAPSHOTS = 8  # snapshots kept with no copy in use (disk on the engine)
 
 
 @dataclasses.dataclass
@@ -171,6 +172,7 @@ class SandboxSupply:
             self.stats.prepared += 1
             return Prepared(sb, base)
         if task.snapshot is None:
+            await self._evict_idle()
             task.snapshot = asyncio.ensure_future(self._snapshot(task.row))
         making = task.snapshot
         try:
@@ -209,18 +211,30 @@ class SandboxSupply:
                 raise InfraFailure(f"sandbox: snapshot: {e}", stage="sandbox") from e
             raise
 
-    async def _maybe_release(self, task: _Task) -> None:
-        """Remove ``task``'s snapshot once every copy it owes was made and closed."""
+    async def _maybe_release(self, task: _Task, *, idle: bool = False) -> None:
+        """Remove ``task``'s snapshot once every copy it owes was made and closed (``idle``:
+        once none is in use or waiting, even if copies are still owed)."""
         fut = task.snapshot
         if fut is None or not fut.done() or task.live or task.ready:
             return
-        if self.group_size is None or task.expected > 0:
+        if not idle and (self.group_size is None or task.expected > 0):
             return
         task.snapshot = None
         self._tasks.pop(task.row.instance_id, None)
         self._finished.add(task.row.instance_id)
         if not fut.cancelled() and fut.exception() is None:
             await fut.result()[0].remove()
+
+    async def _evict_idle(self) -> None:
+        """Keep at most :data:`MAX_IDLE_SNAPSHOTS` snapshots that no copy uses (a group whose
+        remaining samples never came, e.g. aborted by the trainer): the oldest go first."""
+        idle = [
+            t
+            for t in self._tasks.values()
+            if t.snapshot is not None and t.snapshot.done() and not t.live and not t.ready
+        ]
+        for task in idle[: max(0, len(idle) - MAX_IDLE_SNAPSHOTS + 1)]:
+            await self._maybe_release(task, idle=True)
 
     # ---- ahead of demand ---------------------------------------------------------------------
     def expect(self, rows: Iterable[TaskRow]) -> None:

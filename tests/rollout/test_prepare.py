@@ -142,3 +142,26 @@ async def test_a_pooled_sandbox_that_died_is_replaced_not_handed_out(
             await dead.close()
     finally:
         await supply.close()
+
+
+async def test_an_abandoned_groups_snapshot_is_evicted_when_another_group_needs_one(
+    example_rows: dict[str, TaskRow], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A group whose other samples never come (the trainer aborted them) must not keep its
+    snapshot for the whole run."""
+    from coding_agent_rl.rollout import prepare
+
+    monkeypatch.setattr(prepare, "MAX_IDLE_SNAPSHOTS", 1)
+    supply = _supply(fork=True, group_size=2)
+    try:
+        a, _ = await supply.obtain(example_rows["pager"])
+        making = supply._tasks[example_rows["pager"].instance_id].snapshot
+        assert making is not None
+        image = (await making)[0].image_id  # type: ignore[attr-defined]
+        await a.close()  # one of its two samples ran; the other never comes
+        assert any(i["Id"] == image for i in engine.list_images())
+        b, _ = await supply.obtain(example_rows["slugify"])  # another group's first sample
+        await b.close()
+        assert not any(i["Id"] == image for i in engine.list_images())
+    finally:
+        await supply.close()
