@@ -77,13 +77,15 @@ class SandboxSupply:
         self.agent = agent
         self.backend = agent.config.backend
         self.pool_size = max(0, pool_size)
-        self.fork = fork and BACKENDS.load(self.backend).supports_snapshot()
+        # A group of one gains nothing from a copy (it would pay the snapshot on top).
+        single = group_size is not None and group_size <= 1
+        self.fork = fork and not single and BACKENDS.load(self.backend).supports_snapshot()
         self.group_size = group_size
         self._tasks: dict[str, _Task] = {}
         self._order: collections.deque[str] = collections.deque()  # expected tasks, in order
         self._closed = False
         self._finished: set[str] = set()  # tasks whose group's copies were all handed out
-        if fork and not self.fork:
+        if fork and not single and not self.fork:
             log.warning(
                 "the %s sandbox has no snapshots: each sample prepares its own", self.backend
             )

@@ -30,9 +30,10 @@ def test_flags_reach_the_supply_and_default_to_the_settings() -> None:
     assert (s.pool_size, s.fork, s.group_size, s.active) == (3, True, 4, True)
     plain = _supply([])
     assert (plain.pool_size, plain.fork, plain.active) == (0, False, False)
-    from_settings = _supply([], pool_size=2, fork_groups=True)
+    from_settings = _supply(["--n-samples", "2"], pool_size=2, fork_groups=True)
     assert (from_settings.pool_size, from_settings.fork) == (2, True)
-    assert _supply(["--no-fork"], fork_groups=True).fork is False
+    assert _supply(["--no-fork", "--n-samples", "2"], fork_groups=True).fork is False
+    assert _supply(["--fork"]).fork is False  # a group of one: nothing to copy it for
 
 
 def test_a_negative_pool_size_is_a_usage_error() -> None:
