@@ -1,6 +1,7 @@
 """``bench rollout --pool N``: the same batch with the sandbox pool off and on (``N`` prepared
 agent sandboxes ahead, rollout/prepare.py), alternating rounds in one process; the overhead
-outside the agent and the tests (bench/rollout.py) of each. Target: with the pool, overhead
+outside the agent and the tests (bench/rollout.py) of each, and the host CPU-seconds per
+rollout of this process and of the engine (bench/host_cpu.py). Target: with the pool, overhead
 p50 <= 0.4 s at concurrency 2 (checked at every level given)."""
 
 from __future__ import annotations
@@ -15,17 +16,22 @@ KEYS = ("completed", "failures", "wall_s", "total_s_p50", "overhead_s_p50", "san
 async def compare_pool(
     rounds: int, pool_size: int, **kw: Any
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    from coding_agent_rl.commands.bench.host_cpu import engine_cpu_s, own_cpu_s
     from coding_agent_rl.commands.bench.rollout import bench, summarize
 
     out: pathlib.Path = kw.pop("out")
     records: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
     wall = {"off": 0.0, "on": 0.0}
+    cpu = {"off": [0.0, 0.0], "on": [0.0, 0.0]}  # ours, the engine's: CPU-seconds
     # Warm-up, not counted: images, the CLI's unpacked copy, the tokenizer, page cache.
     await bench(**{**kw, "n": kw["concurrency"]}, out=out / "warmup")
     for i in range(rounds):
         for which in ("off", "on") if i % 2 == 0 else ("on", "off"):
             size = pool_size if which == "on" else 0
+            cpu0 = own_cpu_s(), engine_cpu_s()
             summary, recs = await bench(**kw, out=out / f"pool-{which}-{i}", pool_size=size)
+            cpu[which][0] += own_cpu_s() - cpu0[0]
+            cpu[which][1] += engine_cpu_s() - cpu0[1]
             records[which].extend(recs)
             wall[which] += summary["wall_s"]
     n, c = kw["n"] * rounds, kw["concurrency"]
@@ -35,6 +41,11 @@ async def compare_pool(
     }
     result = {**both["on"], "agent": kw["agent"], "backend": kw["backend"], "pool_size": pool_size}
     result["pool"] = {which: {k: both[which][k] for k in KEYS} for which in both}
+    for which in ("off", "on"):  # per rollout: host CPU outside the sandboxes' own groups
+        result["pool"][which]["host_cpu_s_per_rollout"] = {
+            "ours": round(cpu[which][0] / n, 3),
+            "engine": round(cpu[which][1] / n, 3),
+        }
     result["pool"]["on"]["profile_p50"] = both["on"]["profile_p50"]
     result["pool"]["off"]["profile_p50"] = both["off"]["profile_p50"]
     result["baseline"] = {
