@@ -122,6 +122,8 @@ def runtime_config_from_args(args: Any, conf: Settings | None = None) -> Any:
         tamper_reward=conf.tamper_reward,
         agent_network=conf.agent_network,
         prompt_template=conf.prompt_template,
+        # A group's samples share one preparation with fork_groups (rollout/prepare.py).
+        group_size=getattr(args, "n_samples_per_prompt", None),
     )
     agent = conf.agent
     native: dict[str, Any] = {}

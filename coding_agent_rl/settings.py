@@ -171,6 +171,20 @@ class Settings(BaseSettings):
         16, ge=1, validation_alias=_env("BOOT_CONCURRENCY", "SWE_BOOT_CONCURRENCY")
     )
     """Sandboxes created at once per backend (engine / provider rate)."""
+    admission_jitter_s: float = Field(0.2, ge=0, validation_alias=_env("ADMISSION_JITTER_S"))
+    """A creation that starts while others are in flight first waits a random time below this
+    (seconds): a burst does not reach the engine in lockstep. 0: no jitter."""
+    create_timeout_s: float = Field(180.0, ge=0, validation_alias=_env("CREATE_TIMEOUT_S"))
+    """One attempt at creating a sandbox longer than this (seconds) is destroyed, counted and
+    retried with backoff; 0: no timeout."""
+    create_timeout_attempts: int = Field(3, ge=1, validation_alias=_env("CREATE_TIMEOUT_ATTEMPTS"))
+    """Attempts in all at creating one sandbox when they time out (``create_timeout_s``)."""
+    pool_size: int = Field(0, ge=0, validation_alias=_env("POOL_SIZE"))
+    """Prepared agent sandboxes kept ready per runtime (docs/sandbox-pool.md): fresh, never
+    used, no session key until claimed. 0: none (each rollout prepares its own)."""
+    fork_groups: bool = Field(False, validation_alias=_env("FORK_GROUPS"))
+    """Prepare a task once per group of samples and copy the prepared sandbox for each sample
+    (backends with snapshots: docker, local, e2b); off: every sample prepares its own."""
     reap_interval_s: float = Field(300.0, ge=0, validation_alias=_env("REAP_INTERVAL_S"))
     """How often a running runtime removes sandboxes whose owner process died (it also does at
     every start), seconds; 0: only at start."""

@@ -212,6 +212,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "$CODING_AGENT_RL_SANDBOX_OPTIONS)",
     )
     p.add_argument(
+        "--pool-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="agent sandboxes prepared ahead for the rollouts coming next (default: "
+        "$CODING_AGENT_RL_POOL_SIZE, 0; docs/sandbox-pool.md says how to size it)",
+    )
+    p.add_argument(
+        "--fork",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="prepare each task once per group (--n-samples) and copy it for every sample "
+        "(default: $CODING_AGENT_RL_FORK_GROUPS, off)",
+    )
+    p.add_argument(
         "--agent-network",
         choices=NETWORK_MODES,
         default=conf.agent_network,
@@ -239,6 +254,8 @@ def build_config(args: argparse.Namespace):
 
     if (args.concurrency is not None and args.concurrency < 1) or args.n_samples < 1:
         raise UserError("--concurrency and --n-samples must be >= 1")
+    if args.pool_size is not None and args.pool_size < 0:
+        raise UserError("--pool-size must be >= 0")
     if args.max_turns is not None and args.max_turns < 1:
         raise UserError("--max-turns must be >= 1")
     native = native_options(args)
@@ -274,6 +291,9 @@ def build_config(args: argparse.Namespace):
             twin_grade=args.twin_grade,
             tamper_reward=args.tamper_reward,
             agent_network=args.agent_network,
+            pool_size=args.pool_size,
+            fork_groups=args.fork,
+            group_size=args.n_samples,
         ),
     )
 

@@ -40,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
             report = asyncio.run(engine.gc_report(args.run_id))
         print(
             f"removed {report['containers']} sandbox container(s), {report['volumes']} "
-            f"volume(s), {report['disks']} capped disk(s)"
+            f"volume(s), {report['disks']} capped disk(s), {report['snapshots']} snapshot "
+            "image(s)"
         )
         return 0
     for c in engine.list_containers(args.run_id):

@@ -20,7 +20,7 @@ from coding_agent_rl.harness import AgentRun, BaseHarness, HarnessContext
 from coding_agent_rl.harness.launch import RUN_ROOT
 from coding_agent_rl.rollout.config import RolloutConfig
 from coding_agent_rl.rollout.isolation import AgentNetwork
-from coding_agent_rl.sandbox import BACKENDS, Sandbox, create_sandbox
+from coding_agent_rl.sandbox import BACKENDS, Sandbox, admission, create_sandbox
 from coding_agent_rl.sandbox.task import task_options
 
 log = logging.getLogger("coding_agent_rl.rollout.runner")
@@ -52,21 +52,30 @@ class AgentPhase:
         self._mounts: dict[str, str] | None = None  # host file -> sandbox path, once known
         self._mounts_task: asyncio.Future[dict[str, str]] | None = None
 
-    async def create_sandbox(self, row: TaskRow) -> Sandbox:
-        """The agent's sandbox, with the harness's host files mounted where the backend can."""
+    def sandbox_options(self, row: TaskRow) -> dict[str, Any]:
+        """The agent sandbox's options for ``row`` (the CLI's mounts once they are known)."""
         cfg = self.config
-        mounts = await self._agent_mounts()
         opts = task_options(
             cfg.backend,
             {**cfg.sandbox_options, **self.network.options()},
             resources=row.resources,
             writable=[row.workdir, RUN_ROOT],
         )
-        if mounts:
-            opts["mounts"] = {**(opts.get("mounts") or {}), **mounts}
-        sb = create_sandbox(cfg.backend, row.image, **opts)
+        if self._mounts:
+            opts["mounts"] = {**(opts.get("mounts") or {}), **self._mounts}
+        return opts
+
+    async def create_sandbox(self, row: TaskRow, *, template: bool = False) -> Sandbox:
+        """The agent's sandbox, with the harness's host files mounted where the backend can
+        (``template``: one made to be snapshotted, ``Sandbox.template_options``)."""
+        cfg = self.config
+        mounts = await self._agent_mounts()
+        opts = self.sandbox_options(row)
+        if template:
+            opts = BACKENDS.load(cfg.backend).template_options(opts)
         try:
-            await sb.__aenter__()  # destroys what it created when it fails or is cancelled
+            # Each attempt's sandbox destroys what it created when it fails or is cancelled.
+            sb = await admission.start(lambda: create_sandbox(cfg.backend, row.image, **opts))
         except SandboxError as e:
             if mounts and "mount" in str(e).lower():
                 log.warning("cannot mount the agent CLI (%s); uploading it from now on", e)

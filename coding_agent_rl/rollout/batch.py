@@ -12,6 +12,7 @@ from typing import Any
 from coding_agent_rl.rollout.executor import Executor, create_executor
 from coding_agent_rl.rollout.outputs import RunWriter, rollout_key
 from coding_agent_rl.rollout.runtime import RuntimeConfig
+from coding_agent_rl.sandbox import admission
 from coding_agent_rl.types import Sample
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ class Progress:
         self.solved = 0
         self.failures: Counter[str] = Counter()
         self.nodes: Counter[str] = Counter()
+        self._sandboxes_before = admission.snapshot()  # the line counts this run's
 
     def line(self) -> str:
         rate = self.done / max(time.monotonic() - self.t0, 1e-9) * 60
@@ -62,6 +64,8 @@ class Progress:
         )
         if len(self.nodes) > 1:
             line += " | " + " ".join(f"{n}={c}" for n, c in sorted(self.nodes.items()))
+        if sandboxes := admission.progress_text(self._sandboxes_before):
+            line += " | " + sandboxes
         return line
 
     def update(self, record: dict[str, Any]) -> None:
@@ -116,6 +120,9 @@ async def run_batch(
     progress = Progress(len(todo))
     try:
         await runner.start()
+        expect = getattr(runner, "expect", None)  # a pool prepares for the rows coming next
+        if callable(expect):
+            expect([row for row, _ in todo])
 
         async def one(row: Any, sample: Sample) -> None:
             outcome = await runner.run(

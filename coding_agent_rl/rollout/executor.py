@@ -71,6 +71,12 @@ class InProcessExecutor:
                 row, sample, sampling_params=sampling_params, evaluation=evaluation
             )
 
+    def expect(self, rows: list[TaskRow]) -> None:
+        """Rollouts of ``rows`` come next, in that order (the sandbox pool prepares ahead)."""
+        supply = getattr(self.runtime.runner, "sandboxes", None)
+        if supply is not None:
+            supply.expect(rows)
+
     async def stop(self) -> None:
         await self.runtime.stop()
 

@@ -20,6 +20,7 @@ import prometheus_client as prom
 
 from coding_agent_rl.grading.result import tamper_kind
 from coding_agent_rl.rollout.timing import PHASES
+from coding_agent_rl.sandbox import admission
 from coding_agent_rl.sandbox.base import TEARDOWN_FAILURES
 from coding_agent_rl.types import Sample
 
@@ -198,6 +199,15 @@ class MetricTotals:
             registry=r,
         )
         self._teardowns_seen: Counter[str] = Counter(TEARDOWN_FAILURES)  # before this run
+        # Sandbox admission and the pool (sandbox/admission.py), this process's, per backend.
+        self.sandboxes = prom.Gauge(
+            "coding_agent_rl_sandboxes",
+            "sandbox creation and pool figures since the run began (pool_size, in_flight: now; "
+            "start_p50_s / start_p99_s: the latest creations' start latency)",
+            ["backend", "figure"],
+            registry=r,
+        )
+        self._admission_seen = admission.snapshot()  # before this run
 
     def add(self, record: dict[str, Any]) -> None:
         reward = record.get("reward") or 0
@@ -218,6 +228,15 @@ class MetricTotals:
             if n > self._teardowns_seen[backend]:
                 self.teardown_failures.labels(backend).inc(n - self._teardowns_seen[backend])
                 self._teardowns_seen[backend] = n
+
+        for backend, figures in admission.snapshot().items():
+            before = self._admission_seen.get(backend, {})
+            for name, value in figures.items():
+                if value is None:
+                    continue
+                if name in admission.CUMULATIVE:
+                    value -= before.get(name) or 0
+                self.sandboxes.labels(backend, name).set(value)
 
     def write(self, path: pathlib.Path) -> None:
         prom.write_to_textfile(str(path), self.registry)

@@ -69,6 +69,7 @@ from coding_agent_rl.rollout.agent import AgentPhase, settle
 from coding_agent_rl.rollout.attribution import ArtifactBudget, check_agent, file_size
 from coding_agent_rl.rollout.config import RolloutConfig, RolloutOutcome
 from coding_agent_rl.rollout.isolation import AgentNetwork, agent_network_mode
+from coding_agent_rl.rollout.prepare import supply_for
 from coding_agent_rl.rollout.record import RolloutRecord, event
 from coding_agent_rl.rollout.samples import rollout_samples
 from coding_agent_rl.rollout.timing import Timings
@@ -128,6 +129,8 @@ class RolloutRunner:
         self.run_id = run_id or uuid.uuid4().hex[:8]
         self.node = node or socket.gethostname()  # each record's ``node``
         self.agent = AgentPhase(config, harness, self.network)
+        # Prepared agent sandboxes (pool / one preparation copied per group): rollout/prepare.py.
+        self.sandboxes = supply_for(self.agent)
 
     @property
     def adapter(self) -> AdapterServer | AdapterPool:
@@ -289,7 +292,8 @@ class RolloutRunner:
                 )
             with timings.phase("sandbox_s"):
                 with timings.step("agent_sandbox_create"):
-                    sb = await self.agent.create_sandbox(row)
+                    # base_commit: None unless the sandbox came prepared (pool, group copy).
+                    sb, base_commit = await self.sandboxes.obtain(row)
                 stack.push_async_callback(sb.close)
                 with timings.step("adapter_attach"):
                     stop_listener = await self.network.attach(
@@ -303,7 +307,8 @@ class RolloutRunner:
                 installing = asyncio.ensure_future(self.harness.install(sb))
                 stack.push_async_callback(settle, installing)
                 with timings.step("workspace"):
-                    base_commit = await self.agent.prepare_repo(sb, row)
+                    if base_commit is None:
+                        base_commit = await self.agent.prepare_repo(sb, row)
             with timings.phase("install_s"):
                 ctx = HarnessContext(
                     adapter_url=self.url_for(sid),

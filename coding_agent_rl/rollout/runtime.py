@@ -233,6 +233,9 @@ class Runtime:
         )
 
     async def stop(self) -> None:
+        sandboxes = getattr(self.runner, "sandboxes", None)  # prepared ones not claimed
+        if sandboxes is not None:
+            await sandboxes.close()
         if self.reaper is not None:
             await self.reaper.stop()
             self.reaper = None

@@ -2,8 +2,9 @@
 
 Backends subclass :class:`Sandbox` and implement the five ``_``-prefixed primitives; the public
 methods add the shared behaviour (closed-state checks, idempotent teardown, output caps).
-Callers ask capabilities (where it runs, network, files, limits, leftovers, image kind) of the
+Callers ask capabilities (where it runs, network, files, limits, leftovers, image kind, copies) of the
 class or object, never compare backend names: docs/modules/sandbox.md.
+Every creation passes admission control (:mod:`admission`).
 """
 
 from __future__ import annotations
@@ -14,13 +15,16 @@ import collections
 import logging
 import pathlib
 import socket
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from coding_agent_rl import settings
 from coding_agent_rl.errors import SandboxError, UserError
+from coding_agent_rl.sandbox import admission
 
 if TYPE_CHECKING:
     from coding_agent_rl.sandbox.limits import Limits
+    from coding_agent_rl.sandbox.snapshot import Snapshot
 
 DEFAULT_OUTPUT_CAP = 10 * 1024 * 1024
 TRUNCATION_MARKER = "\n[... output truncated by coding-agent-rl: {n} bytes dropped ...]\n"
@@ -137,6 +141,7 @@ class Sandbox(abc.ABC):
         self.output_cap = output_cap
         self._state = "new"  # new -> open -> closed
         self._close_lock = asyncio.Lock()
+        self._after_close: list[Callable[[], Awaitable[None]]] = []
 
     # ---- primitives every backend implements -------------------------------------------------
     @property
@@ -248,6 +253,27 @@ class Sandbox(abc.ABC):
         for the caller to serve (see :meth:`listens_inside`)."""
         raise SandboxError(f"the {self.backend} sandbox cannot host a listener")
 
+    @classmethod
+    def supports_snapshot(cls) -> bool:
+        """:meth:`snapshot` works: a prepared sandbox can be copied (docs/sandbox-pool.md)."""
+        return False
+
+    async def snapshot(self, **options: Any) -> Snapshot:
+        """Freeze this sandbox's files into a :class:`~coding_agent_rl.sandbox.snapshot.Snapshot`
+        whose copies start with them (``options``: the copies' sandbox options). The snapshot
+        owns this sandbox from then on (closed now, or by ``await snap.remove()``, which the
+        caller owes once the copies are gone)."""
+        raise SandboxError(f"the {self.backend} sandbox cannot be snapshotted")
+
+    @classmethod
+    def template_options(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """The options of a sandbox made to be snapshotted, from a copy's ``options``."""
+        return dict(options)
+
+    def after_close(self, callback: Callable[[], Awaitable[None]]) -> None:
+        """Run ``callback`` once this sandbox is destroyed (e.g. release its snapshot)."""
+        self._after_close.append(callback)
+
     async def limit_breaches(self) -> list[str]:
         """The resource limits this sandbox has hit so far, one line each naming the limit
         (e.g. ``"memory limit 4 GiB exceeded (1 OOM kill(s))"``); [] when none (or unknown)."""
@@ -263,7 +289,8 @@ class Sandbox(abc.ABC):
         if self._state != "new":
             raise SandboxError(f"{self.backend} sandbox already used; create a new one")
         try:
-            await self._create()
+            async with admission.creating(self.backend):
+                await self._create()
         except BaseException:
             await asyncio.shield(self._safe_destroy())
             raise
@@ -283,6 +310,11 @@ class Sandbox(abc.ABC):
                 return
             self._state = "closed"
             await self._safe_destroy()
+            for callback in self._after_close:
+                try:
+                    await callback()
+                except Exception:
+                    log.exception("after-close callback of %s sandbox failed", self.backend)
 
     async def _safe_destroy(self) -> None:
         """Destroy; a failure is logged with the sandbox id and counted (a leak must show)."""

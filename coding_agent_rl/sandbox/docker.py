@@ -253,6 +253,33 @@ class DockerSandbox(Sandbox):
         return engine.is_local()  # host paths name the engine machine's files
 
     @classmethod
+    def supports_snapshot(cls) -> bool:
+        return True
+
+    @classmethod
+    def template_options(cls, options: dict[str, Any]) -> dict[str, Any]:
+        return {**options, "disk": None}  # volumes are not committed: everything in its layer
+
+    async def snapshot(self, **options: Any) -> Any:
+        from coding_agent_rl.sandbox.docker_snapshot import DockerSnapshot, commit
+
+        self._check_open()
+        if self._disk is not None:
+            raise SandboxError(
+                "docker: a sandbox with a capped disk cannot be snapshotted (its files are on "
+                "volumes): create it with template_options()"
+            )
+        assert self._cid is not None
+        labels = {engine.LABEL_SANDBOX: "1", engine.LABEL_RUN: self.run_id, **engine.owner_labels()}
+        try:
+            image_id = await engine.in_thread(commit, self._cid, labels)
+        except docker.errors.APIError as e:
+            raise SandboxError(f"docker: cannot commit sandbox {self.sandbox_id}: {e}") from e
+        finally:
+            await self.close()
+        return DockerSnapshot(image_id, options)
+
+    @classmethod
     def _default_bind_host(cls, network: str) -> str:
         # The bridge's gateway, not 0.0.0.0: the listener stays off every other interface.
         return gateway_ip(network)

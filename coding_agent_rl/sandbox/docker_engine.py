@@ -171,6 +171,29 @@ def remove_volumes(run_id: str | None = None) -> int:
     return removed
 
 
+def list_images(run_id: str | None = None) -> list[dict[str, Any]]:
+    """Our snapshot images (prepared sandboxes committed: :mod:`docker_snapshot`)."""
+    return client().api.images(filters=_label_filter(run_id))
+
+
+def remove_image(image_id: str) -> bool:
+    """Remove a snapshot image; False when it was already gone (or a container still uses it:
+    the reaper takes it on a later pass, once that container went)."""
+    try:
+        client().api.remove_image(image_id, force=True, noprune=False)
+        return True
+    except docker.errors.NotFound:
+        return False
+    except docker.errors.APIError as e:
+        if e.status_code == 409:
+            return False
+        raise
+
+
+def _remove_images(images: list[dict[str, Any]]) -> int:
+    return sum(remove_image(i["Id"]) for i in images)
+
+
 async def gc_report(run_id: str | None = None) -> dict[str, int]:
     """Remove our containers (of ``run_id``, or of every run), then their leftovers: labelled
     volumes and capped disks (:mod:`coding_agent_rl.sandbox.disk`); how many of each went."""
@@ -180,7 +203,8 @@ async def gc_report(run_id: str | None = None) -> dict[str, int]:
     removed = await asyncio.gather(*(in_thread(remove_container, s["Id"]) for s in summaries))
     volumes = await in_thread(remove_volumes, run_id)
     disks = await in_thread(disk.gc, run_id) if is_local() else 0
-    return {"containers": sum(removed), "volumes": volumes, "disks": disks}
+    images = await in_thread(_remove_images, await in_thread(list_images, run_id))
+    return {"containers": sum(removed), "volumes": volumes, "disks": disks, "snapshots": images}
 
 
 def _orphan_volumes() -> list[str]:
@@ -190,7 +214,8 @@ def _orphan_volumes() -> list[str]:
 
 async def reap_report() -> dict[str, int]:
     """Remove the sandboxes whose owner process is gone (:func:`owner.is_orphan`: on this host,
-    and dead or its pid recycled), then the volumes and capped disks such owners left; how many
+    and dead or its pid recycled), then the volumes, capped disks and snapshot images such
+    owners left; how many
     of each went. Sandboxes of live owners, of owners on other hosts and without owner labels
     stay (``sandboxes gc`` removes those)."""
     from coding_agent_rl.sandbox import disk
@@ -202,7 +227,9 @@ async def reap_report() -> dict[str, int]:
     # removed without -v, or one that died before its volumes were attached) goes now.
     volumes = await in_thread(remove_volumes_named, await in_thread(_orphan_volumes))
     disks = await in_thread(disk.reap_orphans) if is_local() else 0
-    return {"containers": sum(removed), "volumes": volumes, "disks": disks}
+    images = [i for i in await in_thread(list_images) if owner.is_orphan(i.get("Labels"))]
+    snapshots = await in_thread(_remove_images, images)
+    return {"containers": sum(removed), "volumes": volumes, "disks": disks, "snapshots": snapshots}
 
 
 async def gc(run_id: str | None = None) -> int:

@@ -206,6 +206,31 @@ class E2BSandbox(Sandbox):
     def sandbox_id(self) -> str:
         return self._sbx.sandbox_id if self._sbx is not None else ""
 
+    @property
+    def handle(self) -> Any:
+        """The SDK's ``AsyncSandbox`` (open sandboxes only)."""
+        self._check_open()
+        return self._sbx
+
+    @classmethod
+    def adopt(cls, image: str, handle: Any, options: dict[str, Any]) -> E2BSandbox:
+        """An open sandbox around an SDK sandbox made elsewhere (a fork); closing kills it."""
+        sb = cls(image, **options)
+        sb._sbx = handle
+        sb._state = "open"
+        return sb
+
+    @classmethod
+    def supports_snapshot(cls) -> bool:
+        fork = getattr(AsyncSandbox, "fork", None)  # SDKs before 2.x have none
+        return fork is not None and _accepts(fork, "count")
+
+    async def snapshot(self, **options: Any) -> Any:
+        from coding_agent_rl.sandbox.e2b_snapshot import E2BSnapshot
+
+        self._check_open()
+        return E2BSnapshot(self, options)
+
     async def _retry(
         self,
         call: Callable[[], Awaitable[T]],

@@ -77,6 +77,8 @@ class LocalOptions:
     env: dict[str, str] | None = None  # over the image's ENV
     mounts: dict[str, str] | None = None  # read-only binds, host path -> sandbox path
     output_cap: int = DEFAULT_OUTPUT_CAP
+    # Private copies seeded from host folders (a snapshot's), sandbox path -> host folder.
+    seeds: dict[str, str] | None = None
 
 
 async def _exit_then_grace(proc: asyncio.subprocess.Process) -> None:
@@ -149,6 +151,7 @@ class LocalSandbox(Sandbox):
             workspace=self.opts.workspace,
             store=self._tmp,
             binds=self.mounts,
+            seeds=self.opts.seeds,
         )
 
     def _start_holder(self) -> None:
@@ -246,6 +249,19 @@ class LocalSandbox(Sandbox):
         return await asyncio.to_thread(local_orphans.reap_orphans)
 
     # ---- capabilities ----------------------------------------------------------------------------
+    @classmethod
+    def supports_snapshot(cls) -> bool:
+        return True
+
+    async def snapshot(self, **options: Any) -> Any:
+        from coding_agent_rl.sandbox.local_snapshot import LocalSnapshot
+
+        self._check_open()
+        try:
+            return await asyncio.to_thread(LocalSnapshot.freeze, self.image, self._copies, options)
+        finally:
+            await self.close()
+
     @classmethod
     def is_local(cls) -> bool:
         return True

@@ -66,10 +66,12 @@ def build_view(
     workspace: str | None,
     store: pathlib.Path,
     binds: dict[str, str] | None = None,
+    seeds: dict[str, str] | None = None,
 ) -> list[str]:
     """Blocking: copy the private directories into ``store``; returns bwrap's mount arguments.
 
     ``binds``: host path -> sandbox path, bound read-only last (over private directories too).
+    ``seeds``: sandbox path -> host directory its private copy starts from (a snapshot's).
     """
     # Private paths and bind targets are left out of the read-only view; a nested one (``/opt/x``)
     # makes its parents directories of their own, so its mount point can be created whether or
@@ -91,7 +93,9 @@ def build_view(
         host.mkdir()
         seed = pathlib.Path(workspace) if path == "/workspace" and workspace else None
         source = root / path.lstrip("/")
-        if seed is None and source.is_dir() and not (host_mode and path in PRIVATE_DIRS):
+        if seeds and path in seeds:
+            seed = pathlib.Path(seeds[path])
+        elif seed is None and source.is_dir() and not (host_mode and path in PRIVATE_DIRS):
             seed = source
         if seed is not None:
             subprocess.run(

@@ -463,3 +463,25 @@ async def test_a_group_becomes_a_tree_and_slime_trains_it_with_step_credit(
         1,
         2,
     }
+
+
+async def test_slimes_group_gets_its_samples_from_one_preparation(slime_world, rows, monkeypatch):
+    """With fork_groups, slime's ``generate_and_rm_group`` of n samples of one task prepares the
+    task once (a snapshot) and every sample runs in its own copy; the snapshot goes with the
+    group."""
+    from coding_agent_rl.sandbox import docker_engine as engine
+    from coding_agent_rl.sandbox.admission import STATS
+
+    monkeypatch.setenv("CODING_AGENT_RL_FORK_GROUPS", "1")
+    args, _, _ = await slime_world({"solve": {"steps": solve_steps(rows["pager"])}})
+    stats = STATS["docker"]
+    prepared, copies = stats.prepared, stats.copies
+    group = [slime_sample("pager", i, 0, f"solve-{i}") for i in range(2)]
+    out = await slime().sglang_rollout.generate_and_rm_group(args, group, dict(SAMPLING))
+    assert [samples[0].reward for samples in out] == [1.0, 1.0]
+    assert (stats.prepared - prepared, stats.copies - copies) == (1, 2)
+    owned = engine.owner_labels()["coding-agent-rl.owner.pid"]
+    mine = [
+        i for i in engine.list_images() if i["Labels"].get("coding-agent-rl.owner.pid") == owned
+    ]
+    assert mine == []  # the group's snapshot was removed when its copies were done

@@ -35,6 +35,8 @@ BENCHMARKS = {
     "branch": "reaching turn k of a rollout by prefix replay vs by sampling (tree rollouts)",
     "bookkeeping": "a finished rollout's bookkeeping at 1k and 10k records vs a re-summary of every record (quadratic)",
     "agents": "agent CPU seconds and wall time per rollout of every agent CLI, replay policy",
+    "group": "a GRPO group's sandboxes: one preparation copied n times vs n preparations",
+    "admission": "many sandboxes requested at once with admission control on vs off",
 }
 
 

@@ -171,6 +171,7 @@ async def bench(
     sandbox_options: dict[str, Any],
     agent_network: str | None = None,
     task: str | None = None,
+    pool_size: int = 0,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """``n`` rollouts of the bundled tasks (cycled; only ``task`` when given)."""
     from coding_agent_rl.datasets.schema import load_dataset
@@ -192,6 +193,8 @@ async def bench(
             max_context=32768,
             out_dir=out,
             agent_network=agent_network,
+            pool_size=pool_size,
+            fork_groups=False,
         ),
     )
     writer = RunWriter(out)
@@ -291,7 +294,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="on",
         help="on: default limits and adapter-only egress; off: none of it; both: compare",
     )
-    parser.add_argument("--rounds", type=int, default=2, help="with --isolation both: on/off pairs")
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="with --isolation both or --pool: on/off pairs"
+    )
+    parser.add_argument(
+        "--pool",
+        type=int,
+        default=0,
+        metavar="N",
+        help="compare the sandbox pool off vs on (N prepared sandboxes ahead): "
+        "bench/rollout_pool.py",
+    )
     parser.add_argument(
         "--executor",
         choices=("in-process", "ray"),
@@ -368,7 +381,13 @@ def run(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory(prefix="car-bench-rollout-") as tmp:
             out = args.out / f"c{concurrency}" if args.out and len(levels) > 1 else args.out
             out = out or pathlib.Path(tmp)
-            if args.isolation == "both":
+            if args.pool > 0:
+                from coding_agent_rl.commands.bench.rollout_pool import compare_pool
+
+                summary, records = asyncio.run(
+                    compare_pool(args.rounds, args.pool, out=out, sandbox_options=options, **kw)
+                )
+            elif args.isolation == "both":
                 summary, records = asyncio.run(
                     compare_isolation(args.rounds, out=out, sandbox_options=options, **kw)
                 )

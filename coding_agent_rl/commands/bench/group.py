@@ -1,0 +1,125 @@
+"""``coding-agent-rl bench group``: a GRPO group's sandboxes, one preparation copied n times vs
+n preparations, same run.
+
+The task is the bundled ``slugify`` example with a set-up step that takes seconds
+(``--setup``; default: a build, the image's Python standard library copied and byte-compiled).
+The figure is the time until all ``--n`` agent sandboxes are ready for their agents (created,
+the CLI installed, the workspace prepared: everything before the session's configuration):
+
+- baseline (``kind: run``, interleaved with ours in this process): ``n`` independent
+  preparations at once, as every rollout does without a supply (rollout/prepare.py);
+- ours: the task prepared once, committed to a snapshot, ``n`` copies started from it.
+
+Target: ``speedup`` (baseline / ours, medians over ``--rounds``) >= 3. The machine is shared:
+both sides see the same load, interleaved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import statistics
+import time
+from typing import Any
+
+from coding_agent_rl.commands.bench import (
+    Target,
+    add_check_argument,
+    missed_targets,
+    report,
+    target_table,
+)
+
+TARGETS: dict[str, Target] = {"speedup": (">=", 3.0)}
+DEFAULT_SETUP = (
+    "d=$(python3 -c \"import sysconfig; print(sysconfig.get_paths()['stdlib'])\") && "
+    "cp -r $d /opt/setup-build && python3 -m compileall -q -f /opt/setup-build >/dev/null"
+)
+
+
+async def _group(agent: Any, row: Any, n: int, fork: bool) -> float:
+    """Seconds until ``n`` prepared sandboxes of ``row`` exist (all closed after)."""
+    from coding_agent_rl.rollout.prepare import SandboxSupply
+
+    supply = SandboxSupply(agent, fork=fork, group_size=n)
+
+    async def one() -> Any:
+        sb, base = await supply.obtain(row)
+        if base is None:  # not prepared: what the runner does next
+            try:
+                await agent.harness.install(sb)
+                await agent.prepare_repo(sb, row)
+            except BaseException:
+                await sb.close()
+                raise
+        return sb
+
+    t0 = time.monotonic()
+    results = await asyncio.gather(*(one() for _ in range(n)), return_exceptions=True)
+    took = time.monotonic() - t0
+    await asyncio.gather(*(r.close() for r in results if not isinstance(r, BaseException)))
+    await supply.close()
+    errors = [r for r in results if isinstance(r, BaseException)]
+    if errors:
+        raise errors[0]
+    return took
+
+
+async def bench(n: int, rounds: int, setup: str) -> dict[str, Any]:
+    from coding_agent_rl.datasets import examples_dataset
+    from coding_agent_rl.datasets.schema import load_dataset
+    from coding_agent_rl.harness import get_harness
+    from coding_agent_rl.images.dataset import build_dataset_images
+    from coding_agent_rl.rollout.agent import AgentPhase
+    from coding_agent_rl.rollout.config import RolloutConfig
+    from coding_agent_rl.rollout.isolation import AgentNetwork, agent_network_mode
+
+    build_dataset_images(examples_dataset())
+    base_row = next(r for r in load_dataset(examples_dataset()) if "slugify" in r.instance_id)
+    row = dataclasses.replace(base_row, pre_commands=(*base_row.pre_commands, setup))
+    config = RolloutConfig(backend="docker")
+    network = AgentNetwork(agent_network_mode(None), "docker")
+    agent = AgentPhase(config, get_harness("claude_code"), network)
+    ours: list[float] = []
+    base: list[float] = []
+    for r in range(rounds):  # alternate which goes first: load drift hits both alike
+        order = (True, False) if r % 2 else (False, True)
+        for fork in order:
+            (ours if fork else base).append(await _group(agent, row, n, fork))
+    ours_s, base_s = statistics.median(ours), statistics.median(base)
+    result: dict[str, Any] = {
+        "n": n,
+        "rounds": rounds,
+        "setup": setup,
+        "group_ready_s": round(ours_s, 3),
+        "group_ready_s_all": [round(x, 3) for x in ours],
+        "baseline_ready_s": round(base_s, 3),
+        "baseline_ready_s_all": [round(x, 3) for x in base],
+        "speedup": round(base_s / ours_s, 3) if ours_s else None,
+        "baseline": {
+            "kind": "run",
+            "from": f"in this run, interleaved with ours: {n} independent preparations at once "
+            "(create, CLI install, workspace set-up with the task's pre_commands), as every "
+            "rollout does without a supply",
+        },
+        "targets": target_table(TARGETS),
+    }
+    result["targets_missed"] = missed_targets(result, TARGETS)
+    return result
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--n", type=int, default=8, help="samples in the group")
+    parser.add_argument("--rounds", type=int, default=1, help="ours/baseline pairs")
+    parser.add_argument("--setup", default=DEFAULT_SETUP, help="the task's extra set-up command")
+    parser.add_argument("--json", action="store_true", help="print one JSON line")
+    add_check_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from coding_agent_rl.errors import UserError
+
+    if args.n < 1 or args.rounds < 1:
+        raise UserError("--n and --rounds must be at least 1")
+    return report("group", asyncio.run(bench(args.n, args.rounds, args.setup)), args)

@@ -1,0 +1,311 @@
+"""Agent sandboxes ready before they are asked for (docs/sandbox-pool.md).
+
+A *prepared* sandbox has everything that does not depend on the session: created (limits,
+network, the CLI mounted), the CLI installed, the task's workspace set up (pre_commands run,
+history scrubbed, the problem statement written). It holds no session key: the rollout that
+claims it attaches the adapter and writes the CLI's configuration (with the key) itself.
+
+:class:`SandboxSupply` hands them out per task (``instance_id``):
+
+- ``fork``: the first claim of a task prepares one sandbox, snapshots it
+  (``Sandbox.snapshot``) and every claim of that task gets a fresh copy; the snapshot is
+  removed once ``group_size`` copies were handed out and closed (or when the supply closes);
+- ``pool_size`` > 0: up to that many prepared sandboxes (copies, or prepared one by one) are
+  made ahead for the tasks expected next (:meth:`SandboxSupply.expect`, and the rest of a
+  group once its first sample is claimed);
+- neither: every claim creates and prepares its own (the runner's plain path).
+
+A claimed sandbox is never one that served another rollout, and one that fails its health
+check is closed and replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from coding_agent_rl.errors import InfraFailure, SandboxError
+from coding_agent_rl.sandbox import BACKENDS, Sandbox
+from coding_agent_rl.sandbox.admission import STATS
+
+if TYPE_CHECKING:
+    from coding_agent_rl.datasets.schema import TaskRow
+    from coding_agent_rl.rollout.agent import AgentPhase
+    from coding_agent_rl.sandbox.snapshot import Snapshot
+
+log = logging.getLogger(__name__)
+
+HEALTH_TIMEOUT_S = 10.0
+MAX_IDLE_SNAPSHOTS = 8  # snapshots kept with no copy in use (disk on the engine)
+
+
+@dataclasses.dataclass
+class Prepared:
+    sandbox: Sandbox
+    base_commit: str
+
+
+@dataclasses.dataclass
+class _Task:
+    """One task's state in the supply."""
+
+    row: TaskRow
+    expected: int = 0  # claims still to come (0: unknown)
+    # Sandboxes being prepared or prepared for it, oldest first (claims take them in order).
+    ready: collections.deque[asyncio.Future[Prepared]] = dataclasses.field(
+        default_factory=collections.deque
+    )
+    snapshot: asyncio.Future[tuple[Snapshot, str]] | None = None
+    live: int = 0  # copies of the snapshot not yet closed
+
+
+class SandboxSupply:
+    """Prepared agent sandboxes for one runner; ``await close()`` removes what is left."""
+
+    def __init__(
+        self,
+        agent: AgentPhase,
+        *,
+        pool_size: int = 0,
+        fork: bool = False,
+        group_size: int | None = None,
+    ):
+        self.agent = agent
+        self.backend = agent.config.backend
+        self.pool_size = max(0, pool_size)
+        # A group of one gains nothing from a copy (it would pay the snapshot on top).
+        single = group_size is not None and group_size <= 1
+        self.fork = fork and not single and BACKENDS.load(self.backend).supports_snapshot()
+        self.group_size = group_size
+        self._tasks: dict[str, _Task] = {}
+        self._order: collections.deque[str] = collections.deque()  # expected tasks, in order
+        self._closed = False
+        self._finished: set[str] = set()  # tasks whose group's copies were all handed out
+        if fork and not single and not self.fork:
+            log.warning(
+                "the %s sandbox has no snapshots: each sample prepares its own", self.backend
+            )
+
+    @property
+    def active(self) -> bool:
+        return self.fork or self.pool_size > 0
+
+    @property
+    def stats(self) -> Any:
+        return STATS[self.backend]
+
+    def _task(self, row: TaskRow) -> _Task:
+        task = self._tasks.get(row.instance_id)
+        if task is None:
+            # A group whose copies were all handed out: a retry gets a copy on demand only.
+            first = row.instance_id not in self._finished
+            task = self._tasks[row.instance_id] = _Task(
+                row, expected=first * (self.group_size or 0)
+            )
+        return task
+
+    # ---- claiming --------------------------------------------------------------------------
+    async def obtain(self, row: TaskRow) -> tuple[Sandbox, str | None]:
+        """The agent's sandbox for ``row`` and its base commit (None: not prepared yet, the
+        caller sets the workspace up)."""
+        if not self.active:
+            return await self.agent.create_sandbox(row), None
+        task = self._task(row)
+        if task.expected:
+            task.expected -= 1
+        prepared = None
+        while task.ready and prepared is None:
+            fut = task.ready.popleft()
+            candidate = await self._claim(fut)
+            if candidate is None:
+                continue
+            if await self._healthy(candidate.sandbox):
+                prepared = candidate
+                self.stats.hits += 1
+            else:
+                self.stats.replaced += 1
+                await candidate.sandbox.close()
+        self._refill()
+        if prepared is None:
+            self.stats.misses += 1
+            prepared = await self._make(task)
+        if not self.fork and not task.expected and not task.ready:
+            self._tasks.pop(row.instance_id, None)  # nothing more is owed to this task
+            self._finished.add(row.instance_id)
+        return prepared.sandbox, prepared.base_commit
+
+    async def _claim(self, fut: asyncio.Future[Prepared]) -> Prepared | None:
+        """A pooled sandbox (waiting for one still being prepared); None: its preparation
+        failed (logged), the caller takes the next or prepares its own."""
+        await asyncio.wait([fut])
+        if fut.cancelled() or fut.exception() is not None:
+            return None
+        self.stats.pool_size -= 1  # counted in when its preparation ended
+        return fut.result()
+
+    @staticmethod
+    async def _healthy(sb: Sandbox) -> bool:
+        try:
+            result = await sb.exec("true", timeout=HEALTH_TIMEOUT_S)
+        except SandboxError as e:
+            log.warning(
+                "pooled %s sandbox %s failed its health check: %s", sb.backend, sb.sandbox_id, e
+            )
+            return False
+        if not result.ok:
+            log.warning("pooled %s sandbox %s failed its health check", sb.backend, sb.sandbox_id)
+        return result.ok
+
+    async def _make(self, task: _Task) -> Prepared:
+        """A freshly prepared sandbox for ``task``: a copy of its snapshot, or made whole."""
+        if not self.fork:
+            sb = await self.agent.create_sandbox(task.row)
+            try:
+                if self.agent.harness is not None:
+                    await self.agent.harness.install(sb)
+                base = await self.agent.prepare_repo(sb, task.row)
+            except BaseException:
+                await sb.close()
+                raise
+            self.stats.prepared += 1
+            return Prepared(sb, base)
+        if task.snapshot is None:
+            await self._evict_idle()
+            task.snapshot = asyncio.ensure_future(self._snapshot(task.row))
+        making = task.snapshot
+        try:
+            snap, base = await asyncio.shield(making)
+        except Exception:
+            if task.snapshot is making and making.done():
+                task.snapshot = None  # the next claim tries again
+            raise
+        try:
+            sb = await snap.copy()
+        except SandboxError as e:
+            raise InfraFailure(f"sandbox: {e}", stage="sandbox") from e
+        task.live += 1
+        self.stats.copies += 1
+
+        async def released() -> None:
+            task.live -= 1
+            await self._maybe_release(task)
+
+        sb.after_close(released)
+        return Prepared(sb, base)
+
+    async def _snapshot(self, row: TaskRow) -> tuple[Snapshot, str]:
+        """Prepare ``row`` once in a sandbox made to be snapshotted; freeze it."""
+        sb = await self.agent.create_sandbox(row, template=True)
+        try:
+            if self.agent.harness is not None:
+                await self.agent.harness.install(sb)
+            base = await self.agent.prepare_repo(sb, row)
+            self.stats.prepared += 1
+            # From here the snapshot owns ``sb`` (and closes it).
+            return await sb.snapshot(**self.agent.sandbox_options(row)), base
+        except BaseException as e:
+            await sb.close()
+            if isinstance(e, SandboxError):
+                raise InfraFailure(f"sandbox: snapshot: {e}", stage="sandbox") from e
+            raise
+
+    async def _maybe_release(self, task: _Task, *, idle: bool = False) -> None:
+        """Remove ``task``'s snapshot once every copy it owes was made and closed (``idle``:
+        once none is in use or waiting, even if copies are still owed)."""
+        fut = task.snapshot
+        if fut is None or not fut.done() or task.live or task.ready:
+            return
+        if not idle and (self.group_size is None or task.expected > 0):
+            return
+        task.snapshot = None
+        self._tasks.pop(task.row.instance_id, None)
+        self._finished.add(task.row.instance_id)
+        if not fut.cancelled() and fut.exception() is None:
+            await fut.result()[0].remove()
+
+    async def _evict_idle(self) -> None:
+        """Keep at most :data:`MAX_IDLE_SNAPSHOTS` snapshots that no copy uses (a group whose
+        remaining samples never came, e.g. aborted by the trainer): the oldest go first."""
+        idle = [
+            t
+            for t in self._tasks.values()
+            if t.snapshot is not None and t.snapshot.done() and not t.live and not t.ready
+        ]
+        for task in idle[: max(0, len(idle) - MAX_IDLE_SNAPSHOTS + 1)]:
+            await self._maybe_release(task, idle=True)
+
+    # ---- ahead of demand ---------------------------------------------------------------------
+    def expect(self, rows: Iterable[TaskRow]) -> None:
+        """Rollouts of ``rows`` (one entry per rollout, in the order they will be claimed) are
+        coming: the pool prepares for them ahead."""
+        for row in rows:
+            task = self._task(row)
+            if self.group_size is None:
+                task.expected += 1
+            if not self._order or self._order[-1] != row.instance_id:
+                self._order.append(row.instance_id)
+        self._refill()
+
+    def _pooled(self) -> int:
+        return sum(len(t.ready) for t in self._tasks.values())
+
+    def _refill(self) -> None:
+        """Start preparing sandboxes for the tasks expected next, up to ``pool_size``."""
+        if self._closed or self.pool_size <= 0:
+            return
+        while self._order and self._order[0] not in self._tasks:
+            self._order.popleft()
+        candidates = [self._tasks[k] for k in self._order if k in self._tasks]
+        candidates += [t for t in self._tasks.values() if t not in candidates]
+        room = self.pool_size - self._pooled()
+        for task in candidates:
+            while room > 0 and task.expected > len(task.ready):
+                room -= 1
+                task.ready.append(asyncio.ensure_future(self._fill(task)))
+            if room <= 0:
+                break
+
+    async def _fill(self, task: _Task) -> Prepared:
+        try:
+            prepared = await self._make(task)
+        except Exception as e:  # the claim that finds the pool empty prepares on demand
+            log.warning("preparing a pooled sandbox of %s failed: %s", task.row.instance_id, e)
+            raise
+        self.stats.pool_size += 1
+        return prepared
+
+    async def close(self) -> None:
+        """Destroy every unclaimed sandbox and remove every snapshot."""
+        self._closed = True
+        for task in list(self._tasks.values()):
+            while task.ready:
+                fut = task.ready.popleft()
+                fut.cancel()
+                prepared = await self._claim(fut)
+                if prepared is not None:
+                    await prepared.sandbox.close()
+            if task.snapshot is not None:
+                snap, task.snapshot = task.snapshot, None
+                if not snap.done():
+                    snap.cancel()
+                await asyncio.wait([snap])
+                if not snap.cancelled() and snap.exception() is None:
+                    await snap.result()[0].remove()
+        self._tasks.clear()
+
+
+def supply_for(agent: AgentPhase) -> SandboxSupply:
+    """The supply a runner's config asks for (unset fields: the settings')."""
+    from coding_agent_rl import settings
+
+    cfg, conf = agent.config, settings.current()
+    return SandboxSupply(
+        agent,
+        pool_size=conf.pool_size if cfg.pool_size is None else cfg.pool_size,
+        fork=conf.fork_groups if cfg.fork_groups is None else cfg.fork_groups,
+        group_size=cfg.group_size,
+    )

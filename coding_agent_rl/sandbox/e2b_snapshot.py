@@ -1,0 +1,59 @@
+"""E2B snapshots: the SDK's ``AsyncSandbox.fork(timeout=, count=)`` (the prepared sandbox is
+checkpointed in place, memory included, and ``count`` sandboxes boot from that checkpoint; at
+most :data:`MAX_FORK` per call). The prepared sandbox stays alive while copies are made and is
+killed by :meth:`E2BSnapshot.remove`; every copy has the prepared sandbox's time-to-live."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from coding_agent_rl.sandbox.base import Sandbox, SandboxCreateError, SandboxError
+from coding_agent_rl.sandbox.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from coding_agent_rl.sandbox.e2b import E2BSandbox
+
+MAX_FORK = 20  # the API's bound on ``count``
+
+
+class E2BSnapshot(Snapshot):
+    backend = "e2b"
+
+    def __init__(self, parent: E2BSandbox, options: dict[str, Any]):
+        self.parent = parent
+        self.options = options
+        self._removed = False
+
+    async def copy(self) -> Sandbox:
+        return (await self.copies(1))[0]
+
+    async def copies(self, n: int) -> list[Sandbox]:
+        from coding_agent_rl.sandbox.e2b import E2BSandbox
+
+        if self._removed:
+            raise SandboxError(f"e2b snapshot of {self.parent.sandbox_id} was removed")
+        handle = self.parent.handle
+        out: list[Sandbox] = []
+        try:
+            while len(out) < n:
+                count = min(MAX_FORK, n - len(out))
+                forks = await handle.fork(timeout=self.parent.lifetime_s, count=count)
+                adopted = [
+                    E2BSandbox.adopt(self.parent.image, f, self.options)
+                    for f in forks
+                    if not isinstance(f, BaseException)
+                ]
+                out += adopted
+                failed = [f for f in forks if isinstance(f, BaseException)]
+                if failed:
+                    raise SandboxCreateError(f"e2b: fork failed: {failed[0]}") from failed[0]
+        except BaseException:
+            for sb in out:
+                await sb.close()
+            raise
+        return out
+
+    async def remove(self) -> None:
+        if not self._removed:
+            self._removed = True
+            await self.parent.close()

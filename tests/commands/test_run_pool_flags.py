@@ -1,0 +1,41 @@
+"""``run --pool-size N --fork --n-samples K`` reaches the runner's sandbox supply; a bad size is
+a one-line usage error."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from coding_agent_rl import settings
+from coding_agent_rl.commands.run import add_arguments, build_config
+from coding_agent_rl.errors import UserError
+from coding_agent_rl.rollout.agent import AgentPhase
+from coding_agent_rl.rollout.isolation import AgentNetwork
+from coding_agent_rl.rollout.prepare import supply_for
+
+
+def _supply(argv: list[str], **env: object):  # type: ignore[no-untyped-def]
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args(["--dataset", "x.jsonl", "--out", "o", "--policy", "replay", *argv])
+    rollout = build_config(args).rollout
+    with settings.using(settings.load(**env)):
+        agent = AgentPhase(rollout, None, AgentNetwork("open", rollout.backend))
+        return supply_for(agent)
+
+
+def test_flags_reach_the_supply_and_default_to_the_settings() -> None:
+    s = _supply(["--pool-size", "3", "--fork", "--n-samples", "4"])
+    assert (s.pool_size, s.fork, s.group_size, s.active) == (3, True, 4, True)
+    plain = _supply([])
+    assert (plain.pool_size, plain.fork, plain.active) == (0, False, False)
+    from_settings = _supply(["--n-samples", "2"], pool_size=2, fork_groups=True)
+    assert (from_settings.pool_size, from_settings.fork) == (2, True)
+    assert _supply(["--no-fork", "--n-samples", "2"], fork_groups=True).fork is False
+    assert _supply(["--fork"]).fork is False  # a group of one: nothing to copy it for
+
+
+def test_a_negative_pool_size_is_a_usage_error() -> None:
+    with pytest.raises(UserError, match="--pool-size"):
+        _supply(["--pool-size", "-1"])
