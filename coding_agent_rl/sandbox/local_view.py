@@ -15,6 +15,7 @@ import pathlib
 import posixpath
 import shutil
 import subprocess
+import time
 
 from coding_agent_rl.sandbox.base import ImageNotFound
 from coding_agent_rl.sandbox.disk import disk_dir
@@ -32,10 +33,18 @@ def bwrap_reason() -> str | None:
         return "bubblewrap is not installed (apt-get install bubblewrap)"
     if os.geteuid() != 0:
         return "the local sandbox needs root (it joins namespaces with nsenter and bwrap --pidns)"
-    r = subprocess.run(
-        ["bwrap", "--dev-bind", "/", "/", "--unshare-pid", "true"], capture_output=True, text=True
-    )
-    return None if r.returncode == 0 else f"bwrap does not work here: {r.stderr.strip()}"
+    err = ""
+    for attempt in range(3):  # a busy host can fail one namespace creation: not "unavailable"
+        r = subprocess.run(
+            ["bwrap", "--dev-bind", "/", "/", "--unshare-pid", "true"],
+            capture_output=True,
+            text=True,
+        )
+        if r.returncode == 0:
+            return None
+        err = r.stderr.strip()
+        time.sleep(0.2 * (attempt + 1))
+    return f"bwrap does not work here: {err}"
 
 
 def private_dirs(writable: list[str] | None) -> list[str]:
