@@ -24,6 +24,7 @@ HARNESSES = Registry(
         "opencode": ("coding_agent_rl.harness.opencode:OpenCode", None),
         "gemini_cli": ("coding_agent_rl.harness.gemini_cli:GeminiCli", None),
         "qwen_code": ("coding_agent_rl.harness.qwen_code:QwenCode", None),
+        "mini_swe_agent": ("coding_agent_rl.harness.mini_swe_agent:MiniSweAgent", None),
     },
 )
 
