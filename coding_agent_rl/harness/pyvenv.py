@@ -163,14 +163,18 @@ def _version_command(pkg: PyPackage) -> str:
     return f"{pkg.interpreter} -I -S -c {shlex.quote(code)} 2>&1"
 
 
+def _no_interpreter(pkg: PyPackage) -> InstallError:
+    return InstallError(
+        f"{pkg.name} runs on the task image's CPython {pkg.python}, and this image has no "
+        f"{pkg.interpreter} on its PATH"
+    )
+
+
 async def _check(sb: Sandbox, pkg: PyPackage, how: str) -> str:
     res = await sb.exec(f'PATH={BIN_DIR}:"$PATH" {_version_command(pkg)}', timeout=60)
     got = (res.stdout.strip().splitlines() or [""])[-1]
     if res.exit_code == 127:
-        raise InstallError(
-            f"{pkg.name} runs on the task image's CPython {pkg.python}, and this image has no "
-            f"{pkg.interpreter} on its PATH"
-        )
+        raise _no_interpreter(pkg)
     if res.exit_code != 0 or got != pkg.version:
         raise InstallError(
             f"{pkg.target} ({how}) does not import as {pkg.spec}: exit {res.exit_code}: {got!r}"
@@ -193,7 +197,13 @@ async def install(sb: Sandbox, pkg: PyPackage, verified: Verified) -> InstallRep
             return InstallReport(program, pkg.version, "mount", version_s=time.monotonic() - t0)
         return InstallReport(program, verified[key], "mount")
     stamp = f"{pkg.target}/.complete"
-    res = await sb.exec(f"cat {stamp} 2>/dev/null || true", timeout=30)
+    res = await sb.exec(
+        f'PATH={BIN_DIR}:"$PATH" command -v {pkg.interpreter} >/dev/null || exit 127\n'
+        f"cat {stamp} 2>/dev/null || true",
+        timeout=30,
+    )
+    if res.exit_code == 127:  # before an upload of hundreds of MB
+        raise _no_interpreter(pkg)
     if pkg.spec in res.stdout.splitlines():
         return InstallReport(program, pkg.version, "installed")
     t0 = time.monotonic()

@@ -61,9 +61,7 @@ async def agent_processes(sandbox) -> list[str]:
     return [line for line in res.stdout.splitlines() if line.strip()]
 
 
-@pytest.mark.parametrize(
-    "name", ["claude_code", "codex", "opencode", "gemini_cli", "mini_swe_agent"]
-)
+@pytest.mark.parametrize("name", ["claude_code", "codex", "opencode", "gemini_cli"])
 async def test_agent_edits_a_file_through_the_adapter(name, sandbox, stack, tmp_path):
     sid = f"{name}-edit"
     adapter, harness, ctx = await setup(sandbox, stack, name, EDIT, sid=sid, tmp_path=tmp_path)

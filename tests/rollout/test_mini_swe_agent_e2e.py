@@ -46,6 +46,7 @@ def test_replay_solves_every_bundled_task_through_its_bash_tool(mini_runs):
     results, samples = check_run(out, mini_runs["printed"]["replay"], mini_runs["n"])
     assert all(r["reward"] == 1.0 and r["agent"] == "mini_swe_agent" for r in results), results
     for r in results:
+        assert r["isolation"]["agent_network"] == "adapter-only", r  # it reached only the adapter
         log = (out / r["artifacts"]["agent_log"]).read_text()
         # The patch went through its bash tool (the observation it printed), and it ended on
         # its own: three replies without a tool call after the patch.
