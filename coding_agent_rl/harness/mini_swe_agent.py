@@ -53,8 +53,8 @@ class MiniSweAgent(BaseHarness):
         resume="none",
         approval="`--yolo --exit-immediately` (no confirmation, no exit prompt)",
         quirks="one `bash` tool, a fresh shell per command; ends on `echo "
-        "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` or 3 replies without a tool call; needs "
-        "`python3.11` in the image",
+        "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` or 3 replies without a tool call; its model "
+        "retries off (a refusal is final); needs `python3.11` in the image",
     )
     extra_args_env = "SLIME_AGENT_MINI_EXTRA_ARGS"
     extra_env_env = "SLIME_AGENT_MINI_EXTRA_ENVS"
@@ -85,6 +85,9 @@ class MiniSweAgent(BaseHarness):
             "MSWEA_GLOBAL_CONFIG_DIR": self.config_dir(ctx),
             "MSWEA_CONFIGURED": "true",
             "MSWEA_COST_TRACKING": "ignore_errors",
+            # A refusal (turn cap, abort) is final; the adapter already retries the engine.
+            # Its default retries one for minutes (10 tries, backing off 4 s to 60 s).
+            "MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT": "1",
             # litellm: its bundled model price map, tokenizers and catalogs, never a fetch of
             # its own (the price map is fetched at import otherwise).
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",

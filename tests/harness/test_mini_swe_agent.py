@@ -2,13 +2,15 @@
 one tar into a real Docker sandbox, runs on the image's python3.11 with ``-I -S``. The task's
 ``PYTHONPATH`` holds a poisoned ``rich`` (which the CLI imports first thing): without the flags
 the poison wins, with them the CLI starts; its packages stay out of the task's ``python3``. An
-image without python3.11 is a one-line install error, found before any upload."""
+image without python3.11 is a one-line install error, found before any upload. The adapter's
+turn-cap refusal ends it at once."""
 
 from __future__ import annotations
 
 import shlex
 
 import pytest
+from test_agents import EDIT, agent_processes, setup
 
 from coding_agent_rl.harness import InstallError, get_harness
 
@@ -46,3 +48,16 @@ async def test_an_image_without_its_python_is_a_clear_install_error(sandbox):
     await sandbox.exec("mv /usr/bin/python3.11 /usr/bin/hidden-python", check=True)
     with pytest.raises(InstallError, match=r"no python3\.11 on its PATH"):
         await get_harness("mini_swe_agent", extra_args=[], extra_env={}).install(sandbox)
+
+
+async def test_the_turn_cap_refusal_ends_it_at_once(sandbox, stack, tmp_path):
+    """The adapter's 429 at the turn cap is final: no retries (its default backs off for
+    minutes, past this budget)."""
+    adapter, harness, ctx = await setup(
+        sandbox, stack, "mini_swe_agent", EDIT, sid="mini-429", tmp_path=tmp_path, max_turns=1
+    )
+    run = await harness.run(sandbox, ctx, "Replace 'world' with 'agent' in greeting.txt.", 150)
+    assert run.exit_code not in (0, None) and not run.timed_out, run.log_tail[-2000:]
+    assert "RateLimitError" in run.log_tail, run.log_tail[-2000:]
+    assert len(adapter.sessions.turns("mini-429")) == 1
+    assert await agent_processes(sandbox) == []
