@@ -151,7 +151,7 @@ class BaseHarness(abc.ABC):
         for pkg in self.packages():
             report = await self._install(sb, pkg)
         if self.python is not None:
-            report = await pyvenv.install(sb, self.python, self._verified)
+            report = await pyvenv.install(sb, self.python, self._verified, self.upload)
         assert report is not None
         return report
 

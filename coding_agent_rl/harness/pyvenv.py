@@ -30,7 +30,7 @@ import tempfile
 import time
 
 from coding_agent_rl.harness import cache
-from coding_agent_rl.harness.install import BIN_DIR, InstallError, InstallReport, Verified
+from coding_agent_rl.harness.install import BIN_DIR, InstallError, InstallReport, Upload, Verified
 from coding_agent_rl.sandbox.base import Sandbox
 
 # Wheels for the image's CPython on x86-64 glibc Linux (manylinux up to glibc 2.28).
@@ -182,9 +182,12 @@ async def _check(sb: Sandbox, pkg: PyPackage, how: str) -> str:
     return got
 
 
-async def install(sb: Sandbox, pkg: PyPackage, verified: Verified) -> InstallReport:
+async def install(
+    sb: Sandbox, pkg: PyPackage, verified: Verified, upload: Upload = "auto"
+) -> InstallReport:
     """The CLI's folder in the sandbox: bind-mounted from the host cache (checked once per image
-    and host folder), already uploaded (its stamp), or uploaded now as one tar."""
+    and host folder), already uploaded (its stamp), or uploaded now as one tar (gzipped for a
+    remote backend, as ``upload`` says: see install.py)."""
     program = f"{pkg.target}/run.py"
     by_target = {t: h for h, t in sb.mounts.items()}
     if pkg.target in by_target:
@@ -210,6 +213,8 @@ async def install(sb: Sandbox, pkg: PyPackage, verified: Verified) -> InstallRep
     try:
         local = await asyncio.to_thread(build, pkg)
         tar = await asyncio.to_thread(cache.archived, local)
+        if upload == "gzip" or (upload == "auto" and not sb.is_local()):
+            tar = await asyncio.to_thread(cache.gzipped, tar)  # GNU tar -x reads it as it is
     except cache.FetchError as e:
         raise InstallError(str(e)) from e
     t1 = time.monotonic()

@@ -1,5 +1,5 @@
 """mini-swe-agent's own Python and the task's never see each other: its wheel set, uploaded as
-one tar into a real Docker sandbox, runs on the image's python3.11 with ``-I -S``. The task's
+one (gzipped) tar into a real Docker sandbox, runs on the image's python3.11 with ``-I -S``. The task's
 ``PYTHONPATH`` holds a poisoned ``rich`` (which the CLI imports first thing): without the flags
 the poison wins, with them the CLI starts; its packages stay out of the task's ``python3``. An
 image without python3.11 is a one-line install error, found before any upload. The adapter's
@@ -20,9 +20,11 @@ POISON = "/opt/task-site"
 
 
 async def test_the_task_python_environment_cannot_reach_the_cli_or_see_its_packages(sandbox):
-    harness = get_harness("mini_swe_agent", extra_args=[], extra_env={})
+    # Gzipped, as to a remote backend (the turn-cap test below uploads it raw).
+    harness = get_harness("mini_swe_agent", extra_args=[], extra_env={}, upload="gzip")
     report = await harness.install(sandbox)
     assert report.source == "upload" and report.version == "2.4.6", report
+    assert 0 < report.upload_bytes < 200 << 20, report  # ~386 MB raw
     await sandbox.exec(
         f"mkdir -p {POISON}/rich && echo 'raise SystemExit(\"POISONED rich\")' > "
         f"{POISON}/rich/__init__.py",
