@@ -3,9 +3,11 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+HASH := $(shell cat pyproject.toml | sha1sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(HASH)
+DEMO_STAMP := $(VENV)/.installed-demo-$(HASH)
 
-.PHONY: test demo install lint format env clean
+.PHONY: test demo install demo-install lint format env demo-env clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,9 +18,22 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# System pieces the tests use: Docker engine, bubblewrap, the base image, agent binaries.
+# The demo's Python packages: no torch, Ray, E2B or test tools (the full install covers it).
+$(DEMO_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	test -e $(STAMP) || { $(BIN)/pip install -q --upgrade pip && $(BIN)/pip install -q -e '.[qwen]'; }
+	touch $@
+
+demo-install: $(DEMO_STAMP)
+
+# System pieces the tests use: Docker engine, bubblewrap, gVisor, Chromium, the base image,
+# every agent CLI.
 env: install
-	bash scripts/setup-env.sh $(BIN)
+	bash scripts/setup-env.sh $(BIN) test
+
+# The demo's: a Docker engine, the base image, Claude Code.
+demo-env: demo-install
+	bash scripts/setup-env.sh $(BIN) demo
 
 test: env
 	$(BIN)/ruff check .
@@ -27,7 +42,7 @@ test: env
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -rs $(PYTEST_ARGS)
 
-demo: env
+demo: demo-env
 	$(BIN)/coding-agent-rl demo $(DEMO_ARGS)
 
 lint:

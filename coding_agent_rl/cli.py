@@ -132,17 +132,23 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         raise
     sub = argparse.ArgumentParser(prog=f"coding-agent-rl {top.command}", description=help_text)
-    module.add_arguments(sub)
-    if (path := positional_dataset(sub, rest)) is not None:
-        print(
-            f"coding-agent-rl {top.command}: error: the dataset is an option: --dataset {path}",
-            file=sys.stderr,
-        )
-        return 2
-    args = sub.parse_args(rest)
-    args.verbose = top.verbose
     try:
-        with settings.using(settings.load()):  # the environment, read once for the command
+        conf = settings.load()  # the environment, read once for the command
+    except UserError as e:
+        print(f"coding-agent-rl {top.command}: error: {e}", file=sys.stderr)
+        return 2
+    try:
+        with settings.using(conf):  # flags default to it; the command runs with it
+            module.add_arguments(sub)
+            if (path := positional_dataset(sub, rest)) is not None:
+                print(
+                    f"coding-agent-rl {top.command}: error: the dataset is an option: "
+                    f"--dataset {path}",
+                    file=sys.stderr,
+                )
+                return 2
+            args = sub.parse_args(rest)
+            args.verbose = top.verbose
             return int(module.run(args) or 0)
     except (UserError, TaskDataError) as e:  # bad input: one line, no traceback
         print(f"coding-agent-rl {top.command}: error: {e}", file=sys.stderr)

@@ -1,21 +1,9 @@
 """One error vocabulary: a root error carrying its failure kind, one subclass per boundary.
 
-Failure kinds (:data:`FailureKind`), the values of a rollout record's ``failure_kind``:
-
-- ``infra``: ours (engine, sandbox API, policy server, grader, a bug); the rollout is dropped
-  from training (``remove_sample=True``) and retried within ``infra_retries``.
-- ``model``: the policy's outcome (tests fail, tampering, a limit its agent hit); kept for
-  training with its reward.
-- ``data``: the task row is unusable (schema, missing image); dropped, not retried.
-- ``aborted``: the trainer aborted its engines mid-rollout (slime at the end of a step, see
-  rollout/runner.py); dropped, not retried, never anyone's failure.
-
-Boundaries: each layer crossing raises its own subclass (:class:`SandboxError`,
-:class:`HarnessError`, :class:`PolicyError`, :class:`GradingError`, :class:`TaskDataError`,
-:class:`EnvFailure`); :func:`boundary` wraps anything else that escapes a crossing (timeouts
-included) in the boundary's type, with a message naming what was being done. ``stage`` names the
-component for the record's ``infra_stage``. :class:`UserError` is bad input at the command
-line: the CLI prints it as one line and exits 2.
+Failure kinds (:data:`FailureKind`): ``infra`` (ours; dropped and retried), ``model`` (the
+policy's outcome), ``data`` (an unusable row), ``aborted`` (the trainer aborted). Each layer
+crossing raises its own subclass; :func:`boundary` wraps anything else. :class:`UserError` is bad
+command-line input (one line, exit 2). Details: docs/modules/core.md.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 ``--custom-generate-function-path coding_agent_rl.generate.generate``,
 ``--custom-rm-path coding_agent_rl.generate.reward`` and
-``--custom-reward-post-process-path coding_agent_rl.generate.post_process_rewards``.
+``--custom-reward-post-process-path coding_agent_rl.generate.post_process_rewards`` (or
+``post_process_tree_rewards`` for tree rollouts: step-level advantages).
 
 Once per process (on the first call): the tokenizer from ``args.hf_checkpoint``, the adapter in a
 background thread (``ADAPTER_PORT``, else ephemeral), SGLang at ``args.sglang_router_ip/port``.
@@ -68,6 +69,7 @@ from coding_agent_rl.types import aborted_sample, from_caller, to_caller
 _runtime: Any = None
 _runtime_lock: asyncio.Lock | None = None
 _writer: Any = None  # RunWriter of CODING_AGENT_RL_OUT_DIR, once the runtime started
+_trees: Any = None  # rollout.branch.TreeGroups, with CODING_AGENT_RL_TREE_ROLLOUTS
 
 # slime's --advantage-estimator values whose rewards it group-normalises, and those of them it
 # also divides by the group's standard deviation (with --grpo-std-normalization).
@@ -135,9 +137,9 @@ def runtime_config_from_args(args: Any, conf: Settings | None = None) -> Any:
         agent=agent,
         harness_options={k: v for k, v in native.items() if v is not None},
         sglang_url=f"http://{host}:{port}",
-        tokenizer=checkpoint or "qwen3",
+        tokenizer=checkpoint or conf.tokenizer,
         vision=checkpoint if has_image_processor(checkpoint) else None,  # a VLM: images as tokens
-        tool_parser=getattr(args, "sglang_tool_call_parser", None) or "qwen25",
+        tool_parser=getattr(args, "sglang_tool_call_parser", None) or conf.tool_parser,
         reasoning_parser=getattr(args, "sglang_reasoning_parser", None),
         rollout=rollout,
         in_thread=True,
@@ -220,7 +222,10 @@ async def generate(
         runtime = await _get_runtime(args)
     except Exception as e:  # no adapter / tokenizer: nothing can run, but the batch goes on
         return placeholder(f"runtime start failed: {type(e).__name__}: {e}", "infra")
-    work = runtime.runner.run(row, base, sampling_params=sampling_params, evaluation=evaluation)
+    if runtime.config.settings.tree_rollouts and not evaluation:  # a group is one tree
+        work = _tree_work(runtime, args, row, base, sampling_params)
+    else:
+        work = runtime.runner.run(row, base, sampling_params=sampling_params, evaluation=evaluation)
     try:
         outcome = await until_stopped(work, stop)
     except RolloutAborted as e:
@@ -234,6 +239,23 @@ async def generate(
         s.metadata["rollout_record"] = dict(record)
         out.append(to_caller(s, sample))
     return out
+
+
+def _tree_work(runtime: Any, args: Any, row: Any, base: Any, sampling_params: Any) -> Any:
+    """The rollout of ``base`` as a member of its group's tree (rollout/branch.py)."""
+    global _trees
+    from coding_agent_rl.rollout.branch import TreeGroups
+
+    conf = runtime.config.settings
+    if isinstance(runtime, _RayRuntime) or conf.agent == "native":
+        raise UnsupportedOption(
+            "CODING_AGENT_RL_TREE_ROLLOUTS: tree rollouts replay an agent CLI's turns in "
+            "process: not with the native agent or CODING_AGENT_RL_EXECUTOR=ray"
+        )
+    if _trees is None:
+        _trees = TreeGroups(conf.tree_branch_at)
+    n = int(getattr(args, "n_samples_per_prompt", 1) or 1)
+    return _trees.run(runtime.runner, row, base, n, sampling_params)
 
 
 def _aborted(out: Siblings, base: Any, instance_id: str, reason: str) -> Siblings:
@@ -314,3 +336,13 @@ def post_process_rewards(args: Any, samples: Sequence[Any]) -> tuple[list[float]
         reward_key=key,
     )
     return raw, rewards
+
+
+def post_process_tree_rewards(args: Any, samples: Sequence[Any]) -> tuple[list[float], list[float]]:
+    """``--custom-reward-post-process-path``: like :func:`post_process_rewards`, except that the
+    samples of a tree rollout (``metadata.tree_id``) get step-level advantages: each branch
+    against the siblings sharing its prefix, the root's stretches from its subtree
+    (:mod:`coding_agent_rl.trajectory.branching`)."""
+    from coding_agent_rl.trajectory.branching import tree_rewards
+
+    return tree_rewards(args, samples, post_process_rewards)

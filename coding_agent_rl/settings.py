@@ -121,6 +121,21 @@ class Settings(BaseSettings):
     """The model name the agent CLI is told to use (passed verbatim)."""
     prompt_template: str | None = Field(None, validation_alias=_env("PROMPT", "SWE_CC_PROMPT"))
     """The agent's prompt template (``{problem_statement}``, ``{workdir}``)."""
+    tokenizer: str = Field("qwen3", validation_alias=_env("TOKENIZER"))
+    """``run``: the policy's tokenizer, an HF tokenizer directory or ``qwen3`` (built offline);
+    slime's path uses its ``hf_checkpoint``."""
+    tool_parser: str = Field("qwen25", validation_alias=_env("TOOL_PARSER"))
+    """How tool calls are parsed from the policy's text: qwen25 | hermes | qwen3_coder (slime's
+    ``sglang_tool_call_parser`` wins on its path)."""
+    reasoning_parser: str | None = Field("qwen3", validation_alias=_env("REASONING_PARSER"))
+    """How reasoning is split from the policy's text: qwen3 | none (slime's path uses its
+    ``sglang_reasoning_parser``)."""
+    tree_rollouts: bool = Field(False, validation_alias=_env("TREE_ROLLOUTS"))
+    """``generate()``: each group of n samples is one tree, a root and n - 1 branches replaying
+    its first turns (agent CLIs, in-process executor; rollout/branch.py)."""
+    tree_branch_at: int | None = Field(None, ge=1, validation_alias=_env("TREE_BRANCH_AT"))
+    """With tree rollouts: branch at this turn; unset: at the turns where the policy was least
+    sure (mean negative logprob of the sampled tokens)."""
 
     # ---- the adapter -----------------------------------------------------------------------
     adapter_port: int | None = Field(None, validation_alias=_env("ADAPTER_PORT", "ADAPTER_PORT"))
@@ -243,6 +258,12 @@ class Settings(BaseSettings):
     def _empty_is_unset(cls, value: str | None) -> str | None:
         return value.strip() or None if value is not None else None
 
+    @field_validator("reasoning_parser", mode="after")
+    @classmethod
+    def _none_is_unset(cls, value: str | None) -> str | None:
+        value = value.strip() if value is not None else None
+        return None if value in (None, "", "none") else value
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -287,6 +308,13 @@ def load(**overrides: Any) -> Settings:
         return Settings(**overrides)
     except (ValidationError, SettingsError) as e:
         raise UserError(_one_line(e)) from None
+
+
+def default(name: str) -> Any:
+    """A setting's default: what a component's config field defaults to, so that each default
+    is written once (here)."""
+    info = Settings.model_fields[name]
+    return info.default_factory() if info.default_factory else info.default  # type: ignore[call-arg]
 
 
 _installed: Settings | None = None

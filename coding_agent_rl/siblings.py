@@ -1,16 +1,9 @@
-"""One rollout's samples as a trainer's group holds them: a ``list`` (slime flattens it into
-training samples and checks its ``rollout_id``) that also answers the per-sample reads slime's
-group-level code makes on each item of a group — dynamic-sampling filters
-(``get_reward_value``), the fully-async requeue and ``generate_and_rm`` (``status``), partial
-rollouts (``response``, ``metadata``, ``response_length``), ``--group-rm`` (``reward =``).
+"""One rollout's samples as a trainer's group holds them: a ``list`` that also answers the
+per-sample reads slime's group-level code makes on each item of a group.
 
-* ``status``: ABORTED when any sibling is (as slime's own list check), else the last sample's.
-  Setting it sets every sibling's.
-* ``reward``: the rollout's undivided reward (``metadata.rollout_reward``), else the last
-  sample's. Setting it (slime's ``--group-rm``) fills the siblings that have none.
-* any other attribute: the last sample's (the final segment).
-* ``origin``: the trainer's sample the rollout started from; handed back to ``generate`` (a
-  requeued group item under ``--partial-rollout``) it restarts the rollout from it.
+``status`` (ABORTED when any sibling is), ``reward`` (the rollout's undivided reward), any other
+attribute from the last sample, and ``origin`` (the trainer's sample, to restart a requeued
+rollout). Details: docs/modules/core.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """The training sample, field-compatible with slime's ``Sample``, and the conversions to and
 from the caller's own sample class.
 
-slime compares enum *members* (``sample.status == Sample.Status.ABORTED``): a member of another
-enum class, even one with the same values, compares unequal. So everything handed back to a
-caller is an object of the caller's class whose ``status`` is a member of that class's
-``Status`` (:func:`to_caller`); inside this package samples are always our :class:`Sample`
-(:func:`from_caller`). ``Sample.Status`` is our :class:`Status`, so our own class is handled the
-same way.
-
-Invariants (checked by :meth:`Sample.check`):
-
-* ``tokens`` = prompt tokens + response tokens; the response is the last ``response_length``.
-* ``len(loss_mask) == len(rollout_log_probs) == response_length``.
-* ``loss_mask[i] == 1`` only on tokens the policy sampled; ``rollout_log_probs[i] == 0.0``
-  where the mask is 0.
+Everything handed back to a caller is an object of the caller's class with a ``status`` of its
+own ``Status`` enum (:func:`to_caller`); inside the package samples are our :class:`Sample`
+(:func:`from_caller`). The invariants :meth:`Sample.check` enforces: docs/modules/core.md.
 """
 
 from __future__ import annotations
@@ -221,7 +211,7 @@ def _pil_images(inputs: Any) -> Any:
     def pil(image: Any) -> Any:
         if not (isinstance(image, str) and image.startswith("data:") and "," in image):
             return image  # already an image object (or not one of ours): as it is
-        # bounded when it entered the rollout (multimodal/images.py): decode as it was checked
+        # bounded when it entered the rollout (multimodal/pictures.py): decode as it was checked
         opened = Image.open(io.BytesIO(base64.b64decode(image.split(",", 1)[1])))
         opened.load()
         return opened

@@ -8,7 +8,7 @@ import logging
 from typing import Any
 
 from coding_agent_rl.adapter import canonical as C
-from coding_agent_rl.adapter import fields, images
+from coding_agent_rl.adapter import fields, pictures
 from coding_agent_rl.adapter.errors import AdapterError, BadRequest
 from coding_agent_rl.adapter.wire import Reply, WireFormat, WireRequest, new_id, sse
 
@@ -114,15 +114,15 @@ class AnthropicMessages(WireFormat):
 
         def flush() -> None:
             if texts:
-                messages.append({"role": "user", "content": images.content(texts)})
+                messages.append({"role": "user", "content": pictures.content(texts)})
                 texts.clear()
 
         for block in _blocks(content):
             if block.get("type") == "tool_result":
                 flush()
-                result = images.content([_item(b) for b in _blocks(block.get("content"))])
+                result = pictures.content([_item(b) for b in _blocks(block.get("content"))])
                 if block.get("is_error"):
-                    result = images.prefix_text(result, "Error: ")
+                    result = pictures.prefix_text(result, "Error: ")
                 tool_msg = {"role": "tool", "content": result}
                 name = names.get(str(block.get("tool_use_id")))
                 if name:
@@ -139,7 +139,7 @@ class AnthropicMessages(WireFormat):
         if messages and messages[-1]["role"] == "user":
             messages[-1] = {
                 **messages[-1],
-                "content": images.append_text(messages[-1]["content"], reminder),
+                "content": pictures.append_text(messages[-1]["content"], reminder),
             }
         else:
             messages.append({"role": "user", "content": reminder})

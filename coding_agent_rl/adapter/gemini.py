@@ -17,7 +17,7 @@ import logging
 from typing import Any
 
 from coding_agent_rl.adapter import canonical as C
-from coding_agent_rl.adapter import fields, images
+from coding_agent_rl.adapter import fields, pictures
 from coding_agent_rl.adapter.errors import AdapterError, BadRequest, RateLimited
 from coding_agent_rl.adapter.wire import Reply, WireFormat, WireRequest, new_id, sse
 
@@ -173,7 +173,7 @@ class Gemini(WireFormat):
 
         def flush() -> None:
             if items:
-                messages.append({"role": "user", "content": images.content(items)})
+                messages.append({"role": "user", "content": pictures.content(items)})
                 items.clear()
 
         for i, part in enumerate(parts):
@@ -193,7 +193,7 @@ class Gemini(WireFormat):
                 for j, extra in enumerate(_parts(result, f"{at}.functionResponse")):
                     if "inlineData" in extra or "inline_data" in extra:
                         shown.append(_image(extra, f"{at}.functionResponse.parts[{j}]"))
-                tool_msg: dict[str, Any] = {"role": "tool", "content": images.content(shown)}
+                tool_msg: dict[str, Any] = {"role": "tool", "content": pictures.content(shown)}
                 if name:
                     tool_msg["name"] = name
                 messages.append(tool_msg)

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from coding_agent_rl.adapter import canonical as C
-from coding_agent_rl.adapter import fields, images
+from coding_agent_rl.adapter import fields, pictures
 from coding_agent_rl.adapter.errors import AdapterError, BadRequest
 from coding_agent_rl.adapter.wire import Reply, WireFormat, WireRequest, new_id, sse
 
@@ -39,9 +39,9 @@ def content_text(content: Any) -> str:
 
 def content_parts(content: Any) -> str | list[dict[str, Any]]:
     """A user / tool ``content``: its text, or with an image part the parts (``images.py``)."""
-    if isinstance(content, list) and any(images.is_image_part(p) for p in content):
-        return images.content(
-            [p if images.is_image_part(p) else content_text([p]) for p in content]
+    if isinstance(content, list) and any(pictures.is_image_part(p) for p in content):
+        return pictures.content(
+            [p if pictures.is_image_part(p) else content_text([p]) for p in content]
         )
     return content_text(content)
 

@@ -1,19 +1,9 @@
 """Several adapter processes on one node, behind the one-adapter contract the rollout uses.
 
-One adapter process is one event loop: one core at most, whatever the machine has. With
-``adapter_processes`` > 1 the runtime starts an :class:`AdapterPool` instead of an
-:class:`~coding_agent_rl.adapter.server.AdapterServer`: K child processes, each a whole adapter
-on its own port. Sessions are per-process state, so a session is assigned to one process when the
-rollout opens it (the one with the fewest open sessions) and every request of it must reach that
-process: the rollout points its sandbox at :meth:`AdapterPool.port_for` (the session's process),
-never at a shared port.
-
-The rollout code keeps calling what it calls on one adapter: ``sessions.open / close / pop /
-turns / errors / in_flight / settled``, ``engine.aborted / forget``, ``serve_socket`` (a socket
-inside a sandbox: its descriptor is passed to the session's process). Each call goes over a pipe
-to the session's process; :class:`~coding_agent_rl.trajectory.turn.Turn` records come back
-whole (pickled between our own processes). A child exits when its pipe closes, so a crashed
-parent leaves no adapter process behind.
+With ``adapter_processes`` > 1 the runtime starts an :class:`AdapterPool`: K child processes,
+each a whole adapter on its own port; a session belongs to one process (the least loaded at
+open) and its sandbox is pointed there (:meth:`AdapterPool.port_for`). Calls go over a pipe; a
+child exits when its pipe closes. Details: docs/modules/adapter.md.
 """
 
 from __future__ import annotations

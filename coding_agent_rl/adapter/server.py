@@ -33,10 +33,10 @@ from coding_agent_rl.adapter.handler import (
     image_allowance,
     read_json,
 )
-from coding_agent_rl.adapter.images import ImagePath
 from coding_agent_rl.adapter.listeners import DEFAULT_MAX_CONNECTIONS, CappedSockSite
 from coding_agent_rl.adapter.openai_chat import OpenAIChat
 from coding_agent_rl.adapter.openai_responses import OpenAIResponses
+from coding_agent_rl.adapter.pictures import ImagePath
 from coding_agent_rl.adapter.sessions import SessionConfig, SessionStore
 from coding_agent_rl.adapter.turns import TurnEngine
 from coding_agent_rl.adapter.wire import WireFormat, parse_request
@@ -44,6 +44,7 @@ from coding_agent_rl.model.render import Renderer
 from coding_agent_rl.model.sglang import SGLangClient
 from coding_agent_rl.multimodal.parts import ImageSettings
 from coding_agent_rl.sandbox.netns import netns_cookie
+from coding_agent_rl.settings import default
 
 LINGER_S = 2.0
 GEMINI_VERSIONS = ("v1beta", "v1alpha", "v1")  # API versions the Gemini SDKs may put in the path
@@ -52,13 +53,13 @@ GEMINI_VERSIONS = ("v1beta", "v1alpha", "v1")  # API versions the Gemini SDKs ma
 @dataclasses.dataclass
 class AdapterConfig:
     sglang_url: str
-    tokenizer: Any = "qwen3"  # a spec for load_tokenizer, or a tokenizer object
+    tokenizer: Any = default("tokenizer")  # a spec for load_tokenizer, or a tokenizer object
     renderer: Renderer | None = None  # overrides `tokenizer`
     # The chat template's extra arguments when no `renderer` is given; None: XML tool calls for
     # the qwen3_coder parser, nothing otherwise.
     template_kwargs: dict[str, Any] | None = None
-    tool_parser: str | None = "qwen25"
-    reasoning_parser: str | None = "qwen3"
+    tool_parser: str | None = default("tool_parser")
+    reasoning_parser: str | None = default("reasoning_parser")
     max_context: int | None = None
     sampling_defaults: dict[str, Any] = dataclasses.field(
         default_factory=lambda: {"max_new_tokens": 4096}

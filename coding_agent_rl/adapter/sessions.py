@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from coding_agent_rl.adapter.errors import RateLimited, SessionClosed, TurnLimit, Unauthorized
+from coding_agent_rl.adapter.replay import ReplayPlan, ReplayState
 from coding_agent_rl.trajectory.turn import Turn
 
 KEY_BITS = 128
@@ -72,9 +73,11 @@ class RecordedTurn:
 
 
 class Session:
-    def __init__(self, sid: str, config: SessionConfig):
+    def __init__(self, sid: str, config: SessionConfig, replay: ReplayPlan | None = None):
         self.sid = sid
         self.config = config
+        # a branch's prefix replay (adapter/replay.py): its first requests get recorded replies
+        self.replay = ReplayState(replay) if replay is not None else None
         self.closed = False
         self.in_flight = 0
         self.recorded: list[RecordedTurn] = []
@@ -115,9 +118,11 @@ class SessionStore:
         max_turns: int | None = None,
         max_context: int | None = None,
         metadata: dict[str, Any] | None = None,
+        replay: ReplayPlan | None = None,
     ) -> None:
         """Open (or re-open, keeping nothing) the session ``sid`` (its API key too); request
-        caps come from the store's ``defaults``."""
+        caps come from the store's ``defaults``. ``replay``: recorded turns its first requests
+        are answered with (a branch of another rollout, adapter/replay.py)."""
         config = dataclasses.replace(
             self.defaults,
             sampling_defaults=dict(sampling_defaults or {}),
@@ -127,7 +132,7 @@ class SessionStore:
             metadata=dict(metadata or {}),
         )
         with self._lock:
-            self._add(Session(sid, config))
+            self._add(Session(sid, config, replay))
 
     def _add(self, session: Session) -> None:
         self._sessions[session.sid] = session

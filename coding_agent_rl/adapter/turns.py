@@ -24,7 +24,8 @@ from typing import Any
 
 from coding_agent_rl.adapter.canonical import message_key, tools_key
 from coding_agent_rl.adapter.errors import PolicyAborted, from_model_error
-from coding_agent_rl.adapter.images import ImagePath
+from coding_agent_rl.adapter.pictures import ImagePath
+from coding_agent_rl.adapter.replay import ReplayedTurn
 from coding_agent_rl.adapter.sessions import RecordedTurn, Session, SessionConfig
 from coding_agent_rl.adapter.wire import Reply, WireRequest
 from coding_agent_rl.model.errors import ModelError
@@ -53,6 +54,8 @@ class PreparedTurn:
     routing_key: str | None = None  # the session's ``routing_key`` metadata, if it has one
     images: list[Any] = dataclasses.field(default_factory=list)  # every image in prompt_ids
     image_ends: list[int] = dataclasses.field(default_factory=list)
+    replay: ReplayedTurn | None = None  # the recorded turn answering it (a branch's prefix)
+    replay_mark: dict[str, Any] | None = None  # adapter/replay.py ReplayMark, as a dict
 
 
 def find_parent(
@@ -199,6 +202,7 @@ class TurnEngine:
             max_context,
             self.renderer.stop_token_ids,
         )
+        replay = session.replay.take(prompt_ids, self._decode) if session.replay else None
         return PreparedTurn(
             request=request,
             prompt_ids=prompt_ids,
@@ -210,12 +214,21 @@ class TurnEngine:
             routing_key=session.config.metadata.get("routing_key"),
             images=images,
             image_ends=self.images.ends(prompt_ids) if images else [],
+            replay=replay[0] if replay else None,
+            replay_mark=replay[1].to_dict() if replay else None,
         )
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
 
     async def generate(self, prepared: PreparedTurn, sid: str) -> Generation:
         """SGLang's generation for ``prepared``; raises :class:`PolicyAborted` when the policy
         server aborted it (and from then on for the whole session)."""
         self._refuse_if_aborted(sid)
+        if prepared.replay is not None:  # a branch's prefix: the recorded reply, no policy call
+            out = list(prepared.replay.output_ids)
+            replay = prepared.replay
+            return Generation(out, [0.0] * len(out), replay.finish_reason, replay.matched_stop)
         if not prepared.budget_left:  # the context is full: an empty `length` turn, no call
             return empty_length_generation()
         media = {"image_data": [i.ref.data_url for i in prepared.images]} if prepared.images else {}
@@ -269,6 +282,8 @@ class TurnEngine:
             weight_version=gen.weight_version,
             images=prepared.images,
             image_ends=prepared.image_ends,
+            replay=prepared.replay_mark,
+            matched_stop=gen.matched_stop,
         )
         reply = Reply(
             model=request.model,

@@ -1,5 +1,5 @@
 """``coding-agent-rl agents list | fetch [NAME...] | table``: the agent CLIs, their host cache and
-what each offers (the README's capability table)."""
+what each offers (the capability table in docs/agents.md)."""
 
 from __future__ import annotations
 

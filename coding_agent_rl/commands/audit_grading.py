@@ -1,20 +1,9 @@
 """``coding-agent-rl audit-grading``: run the attack families against a dataset's own tasks.
 
-Each family (``policy/attacks.py``) is a scripted policy driving the real agent CLI in the real
-sandboxes; its diff is graded exactly as ``run`` grades it, with every defence at its default.
-All (family, task) rollouts run as one batch: each task is copied per family with a line naming
-the family appended to its problem statement (the script's rules match on it). The table counts
-per family the rollouts that got reward, became ``infra`` or harmed the host (a results line
-over 1 MiB, or grading longer than a test run and a control run may take: 2 x ``--eval-timeout``
-+ 60 s); a ``solve`` family counts
-its false negatives (a real fix scored below 1.0). The runner's event loop is watched during the
-run (stall_watch.py): a stall over 2 s in grading code (work done inline blocks every rollout)
-counts too, named by the code that blocked. A reward won on a task none of whose fail-to-pass
-tests could get a same-type canary (every one listed in the record's ``blinding.unperturbed``)
-is reported as ``uncovered``: a limit of the design on that task, which the dataset's author can
-fix (an expected value in each assertion), not a defence that failed. Exit status 1 when any
-attack succeeded or a real fix was scored wrong (``--strict``: an uncovered win too), 0
-otherwise (2: usage error). See docs/attack-audit.md.
+Each family (``policy/attacks.py``) drives the real agent CLI in real sandboxes and is graded as
+``run`` grades; the table counts per family the rewarded, infra and host-harming rollouts, and
+event-loop stalls in grading code. Exit 1 when an attack succeeded or a real fix was scored
+wrong. See docs/attack-audit.md and docs/modules/commands.md.
 """
 
 from __future__ import annotations
@@ -30,6 +19,7 @@ import resource
 import sys
 from typing import Any
 
+from coding_agent_rl import settings
 from coding_agent_rl.commands.stall_watch import StallWatch
 from coding_agent_rl.errors import UserError
 from coding_agent_rl.sandbox import BACKENDS
@@ -52,19 +42,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="K",
         help="run each family on K tasks only, taken in turn across the dataset (default: all)",
     )
-    p.add_argument("--agent", default="claude_code")
-    p.add_argument("--sandbox", default="docker", choices=BACKENDS.names())
+    conf = settings.current()
+    p.add_argument("--agent", default=conf.agent)
+    p.add_argument("--sandbox", default=conf.sandbox, choices=BACKENDS.names())
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--agent-budget", type=float, default=300.0, help="seconds per agent run")
     p.add_argument("--eval-timeout", type=float, default=300.0, help="seconds for the tests")
     p.add_argument(
         "--tamper-policy",
         choices=("zero", "flag"),
-        default="zero",
+        default=conf.tamper_policy,
         help="as for run: audit the grading settings you train or evaluate with",
     )
-    p.add_argument("--twin-grade", action="store_true", help="as for run")
-    p.add_argument("--tamper-reward", type=float, default=0.0, metavar="R", help="as for run")
+    p.add_argument("--twin-grade", action=argparse.BooleanOptionalAction, default=conf.twin_grade)
+    p.add_argument("--tamper-reward", type=float, default=conf.tamper_reward, metavar="R")
     p.add_argument(
         "--strict", action="store_true", help="exit 1 on an uncovered win too (see the docs)"
     )

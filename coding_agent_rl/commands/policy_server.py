@@ -12,18 +12,21 @@ import logging
 
 from coding_agent_rl.model.parsers import TOOL_PARSERS
 from coding_agent_rl.policy import load_policy
+from coding_agent_rl.settings import default
 
 log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", required=True, help="scripted:FILE | replay | hf:MODEL_DIR")
-    parser.add_argument("--tokenizer", default="qwen3", help="'qwen3' or a tokenizer directory")
+    parser.add_argument(
+        "--tokenizer", default=default("tokenizer"), help="'qwen3' or a tokenizer directory"
+    )
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument(
         "--tool-parser",
-        default="qwen25",
+        default=default("tool_parser"),
         choices=sorted(TOOL_PARSERS),
         help="the tool-call format the policy emits",
     )

@@ -21,20 +21,49 @@ from coding_agent_rl.sandbox import BACKENDS
 NETWORK_MODES = ("adapter-only", "open", "none")
 
 
+# flag dest -> the setting it defaults to (tests/commands/test_run_defaults.py checks each).
+SETTING_FLAGS: dict[str, str] = {
+    "agent": "agent",
+    "sandbox": "sandbox",
+    "tokenizer": "tokenizer",
+    "executor": "executor",
+    "ray_address": "ray_address",
+    "resume_attempts": "resume_attempts",
+    "tool_parser": "tool_parser",
+    "reasoning_parser": "reasoning_parser",
+    "agent_budget": "agent_budget_s",
+    "eval_timeout": "eval_timeout_s",
+    "rollout_deadline": "rollout_deadline_s",
+    "reward_mode": "reward_mode",
+    "tamper_policy": "tamper_policy",
+    "twin_grade": "twin_grade",
+    "tamper_reward": "tamper_reward",
+    "agent_network": "agent_network",
+    "model_name": "model_name",
+}
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags; those in :data:`SETTING_FLAGS` default to the installed settings (so a flag
+    and its ``CODING_AGENT_RL_*`` variable mean the same thing)."""
+    conf = settings.current()
     p.add_argument("--dataset", required=True, help="JSONL of task rows")
     p.add_argument(
         "--agent",
-        default="claude_code",
+        default=conf.agent,
         help="harness name (claude_code, codex, ...), or 'native': the policy's own tool calls "
-        "run by the coding environment, no agent CLI",
+        "run by the coding environment, no agent CLI (default %(default)s)",
     )
-    p.add_argument("--sandbox", default="docker", choices=BACKENDS.names())
+    p.add_argument(
+        "--sandbox", default=conf.sandbox, choices=BACKENDS.names(), help="default %(default)s"
+    )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--sglang-url", help="a served policy (SGLang server or router)")
     src.add_argument("--policy", help="a CPU policy: replay | scripted:FILE | hf:DIR")
     p.add_argument(
-        "--tokenizer", default="qwen3", help="HF tokenizer dir, or 'qwen3' (built offline)"
+        "--tokenizer",
+        default=conf.tokenizer,
+        help="HF tokenizer dir, or 'qwen3' (built offline; default %(default)s)",
     )
     p.add_argument("--out", required=True, type=pathlib.Path)
     p.add_argument(
@@ -45,17 +74,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--executor",
-        default=None,
-        help="where rollouts run: in-process (default; $CODING_AGENT_RL_EXECUTOR) or ray (a "
-        "worker per node of a Ray cluster advertising coding_agent_rl_slots)",
+        default=conf.executor,
+        help="where rollouts run: in-process (default %(default)s) or ray (a worker per node "
+        "of a Ray cluster advertising coding_agent_rl_slots)",
     )
     p.add_argument(
         "--ray-address",
-        default=None,
-        help="with --executor ray: the cluster, HOST:PORT or auto ($CODING_AGENT_RL_RAY_ADDRESS)",
+        default=conf.ray_address,
+        help="with --executor ray: the cluster, HOST:PORT or auto",
     )
     p.add_argument("--n-samples", type=int, default=1, help="rollouts per task (one GRPO group)")
     p.add_argument("--limit", type=int, help="only the first N tasks")
+    # -- tree rollouts (rollout/branch.py) --
+    p.add_argument(
+        "--branches",
+        type=int,
+        default=None,
+        metavar="B",
+        help="grow each rollout into a tree: B branches replaying its first turns in fresh "
+        "sandboxes, then sampling anew (default with --branch-at: 1)",
+    )
+    p.add_argument(
+        "--branch-at",
+        type=int,
+        default=None,
+        metavar="K",
+        help="with --branches: branch at turn K (K turns replayed); default: at the B turns "
+        "where the policy was least sure (mean negative logprob of the sampled tokens)",
+    )
     p.add_argument(
         "--resume",
         action="store_true",
@@ -65,18 +111,48 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--resume-attempts",
         type=int,
-        default=None,
+        default=conf.resume_attempts,
         metavar="N",
-        help="with --resume: attempts per rollout in all (default: $CODING_AGENT_RL_RESUME_ATTEMPTS, 2)",
+        help="with --resume: attempts per rollout in all (default %(default)s)",
     )
-    p.add_argument("--tool-parser", default="qwen25", help="qwen25 | hermes | qwen3_coder")
-    p.add_argument("--reasoning-parser", default="qwen3", help="qwen3 | none")
-    p.add_argument("--agent-budget", type=float, default=1800.0, help="seconds per agent run")
-    p.add_argument("--eval-timeout", type=float, default=600.0, help="seconds for the tests")
+    p.add_argument(
+        "--tool-parser",
+        default=conf.tool_parser,
+        help="qwen25 | hermes | qwen3_coder (default %(default)s)",
+    )
+    p.add_argument(
+        "--reasoning-parser",
+        default=conf.reasoning_parser or "none",
+        help="qwen3 | none (default %(default)s)",
+    )
+    p.add_argument(
+        "--agent-budget",
+        type=float,
+        default=conf.agent_budget_s,
+        help="seconds per agent run (default %(default)s)",
+    )
+    p.add_argument(
+        "--eval-timeout",
+        type=float,
+        default=conf.eval_timeout_s,
+        help="seconds for the tests (default %(default)s)",
+    )
+    p.add_argument(
+        "--rollout-deadline",
+        type=float,
+        default=conf.rollout_deadline_s,
+        metavar="S",
+        help="whole-rollout guard, seconds (default: agent budget + 2 x eval timeout + 600)",
+    )
+    p.add_argument(
+        "--model-name",
+        default=conf.model_name,
+        help="the model name the agent CLI is told to use (default %(default)s)",
+    )
     p.add_argument("--max-context", type=int, default=32768, help="tokens per sample")
     p.add_argument("--max-new-tokens", type=int, default=4096)
     p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--reward-mode", choices=("full", "split"), default="full")
+    p.add_argument("--reward-mode", choices=("full", "split"), default=conf.reward_mode)
     p.add_argument(
         "--max-turns", type=int, help="model turns per rollout (native default: 50; CLIs: no cap)"
     )
@@ -91,35 +167,39 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tamper-policy",
         choices=("zero", "flag"),
-        default="zero",
-        help="static tamper screen findings: zero the reward (default) or only record them",
+        default=conf.tamper_policy,
+        help="static tamper screen findings: zero the reward or only record them "
+        "(default %(default)s)",
     )
     p.add_argument(
         "--twin-grade",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=conf.twin_grade,
         help="grade every diff twice in fresh sandboxes with independent blinding and canaries; "
         "hidden-test outcomes that disagree are tampering (recommended for evaluation)",
     )
     p.add_argument(
         "--tamper-reward",
         type=float,
-        default=0.0,
+        default=conf.tamper_reward,
         metavar="R",
-        help="reward of a result with tampering evidence (default 0; -1 makes a forging "
+        help="reward of a result with tampering evidence (default %(default)s; -1 makes a forging "
         "strategy's expected reward negative)",
     )
     p.add_argument(
         "--vision",
         metavar="DIR",
-        help="a VLM checkpoint whose image processor expands images (default: the hf: policy's "
-        "directory when it is a VLM); without one images reach the policy as placeholder text",
+        help="a VLM checkpoint whose image processor expands pictures (default: the hf: policy's "
+        "directory when it is a VLM); without one pictures reach the policy as placeholder text",
     )
     p.add_argument(
+        "--picture-option",
         "--image-option",
+        dest="picture_option",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="image setting: max_bytes, max_pixels, max_per_turn, max_per_sample, "
+        help="pictures in prompts: max_bytes, max_pixels, max_per_turn, max_per_sample, "
         "text_only=placeholder|refuse, placeholder=TEXT (repeatable; multimodal/parts.py)",
     )
     p.add_argument(
@@ -128,14 +208,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="backend option, e.g. memory=8g, cpus=4, pids=2048, disk=20g, nofile=8192 "
-        "(limits; null turns one off), runtime=runsc (repeatable)",
+        "(limits; null turns one off), runtime=runsc (repeatable; on top of "
+        "$CODING_AGENT_RL_SANDBOX_OPTIONS)",
     )
     p.add_argument(
         "--agent-network",
         choices=NETWORK_MODES,
-        default=None,
-        help="what the agent sandbox can reach: adapter-only (default; "
-        "$CODING_AGENT_RL_AGENT_NETWORK), open (the backend's network) or none",
+        default=conf.agent_network,
+        help="what the agent sandbox can reach: adapter-only (the default), open (the "
+        "backend's network) or none",
     )
 
 
@@ -165,6 +246,7 @@ def build_config(args: argparse.Namespace):
         args.policy == "replay" or args.policy.startswith(("scripted:", "hf:"))
     ):
         raise UserError(f"--policy {args.policy!r}: expected replay, scripted:FILE or hf:DIR")
+    conf = settings.current()
     return RuntimeConfig(
         agent=args.agent,
         sglang_url=args.sglang_url,
@@ -175,12 +257,15 @@ def build_config(args: argparse.Namespace):
         sampling_defaults={"max_new_tokens": args.max_new_tokens, "temperature": args.temperature},
         harness_options=native,
         vision=args.vision,
-        images=image_settings(args.image_option),
-        rollout=RolloutConfig(
+        images=picture_settings(args.picture_option),
+        rollout=RolloutConfig.from_settings(
+            conf,
             backend=args.sandbox,
-            sandbox_options=parse_options(args.sandbox_option),
+            sandbox_options={**conf.sandbox_options, **parse_options(args.sandbox_option)},
             agent_budget_s=args.agent_budget,
             eval_timeout_s=args.eval_timeout,
+            deadline_s=args.rollout_deadline,
+            model_name=args.model_name,
             max_context=args.max_context,
             reward_mode=args.reward_mode,
             max_turns=args.max_turns,
@@ -193,12 +278,12 @@ def build_config(args: argparse.Namespace):
     )
 
 
-def image_settings(items: list[str]):
-    """``--image-option`` values as :class:`ImageSettings` (limits and text-only policy)."""
+def picture_settings(items: list[str]):
+    """``--picture-option`` values as :class:`ImageSettings` (limits and text-only policy)."""
     import dataclasses
 
-    from coding_agent_rl.multimodal.images import ImageLimits
     from coding_agent_rl.multimodal.parts import ImageSettings
+    from coding_agent_rl.multimodal.pictures import ImageLimits
 
     options: dict[str, Any] = parse_options(items)
     limits = {f.name for f in dataclasses.fields(ImageLimits)}
@@ -206,7 +291,7 @@ def image_settings(items: list[str]):
     unknown = sorted(set(options) - limits - top)
     if unknown:
         raise UserError(
-            f"--image-option {unknown[0]}: unknown (one of {', '.join(sorted(limits | top))})"
+            f"--picture-option {unknown[0]}: unknown (one of {', '.join(sorted(limits | top))})"
         )
     try:
         return ImageSettings(
@@ -214,7 +299,7 @@ def image_settings(items: list[str]):
             **{k: str(v) for k, v in options.items() if k in top},
         )
     except (TypeError, ValueError) as e:
-        raise UserError(f"--image-option: {e}") from e
+        raise UserError(f"--picture-option: {e}") from e
 
 
 def native_options(args: argparse.Namespace) -> dict[str, object]:
@@ -276,15 +361,26 @@ def run(args: argparse.Namespace) -> int:
     config = build_config(args)
     check_isolation(config.rollout)
     attempts = args.resume_attempts
-    if attempts is None:
-        attempts = settings.current().resume_attempts
-    elif attempts < 1:
+    if attempts < 1:
         raise UserError("--resume-attempts must be >= 1")
     executor, concurrency = executor_choice(args)
+    tree = tree_spec(args, executor)
     writer = RunWriter(args.out, resume=args.resume, resume_attempts=attempts)
     with settings.using(settings.current().model_copy(update=executor_settings(args))):
-        summary = asyncio.run(
-            run_batch(
+        if tree is not None:  # tree rollouts (rollout/branch.py)
+            from coding_agent_rl.rollout.branch import run_trees
+
+            coro = run_trees(
+                rows,
+                config,
+                writer,
+                tree,
+                concurrency=concurrency or DEFAULT_CONCURRENCY,
+                n_samples=args.n_samples,
+                info={"dataset": str(args.dataset)},
+            )
+        else:
+            coro = run_batch(
                 rows,
                 config,
                 writer,
@@ -293,7 +389,7 @@ def run(args: argparse.Namespace) -> int:
                 info={"dataset": str(args.dataset)},
                 executor=executor,
             )
-        )
+        summary = asyncio.run(coro)
     keys = (
         "total",
         "graded",
@@ -308,14 +404,33 @@ def run(args: argparse.Namespace) -> int:
     return all_infra_exit(summary)
 
 
+def tree_spec(args: argparse.Namespace, executor: str):
+    """``--branches`` / ``--branch-at`` as a :class:`TreeSpec` (None: plain rollouts)."""
+    from coding_agent_rl.rollout.branch import TreeSpec
+
+    branches, at = getattr(args, "branches", None), getattr(args, "branch_at", None)
+    if branches is None and at is None:
+        return None
+    branches = 1 if branches is None else branches
+    if branches < 1 or (at is not None and at < 1):
+        raise UserError("--branches and --branch-at must be >= 1")
+    if args.agent == "native":
+        raise UserError("--branches: tree rollouts replay an agent CLI's turns; not with native")
+    if executor != "in-process" or args.resume:
+        raise UserError("--branches runs in-process and without --resume")
+    return TreeSpec(branches=branches, branch_at=at)
+
+
 def executor_choice(args: argparse.Namespace) -> tuple[str, int | None]:
     """The executor's name (``--executor``, else the setting) and its concurrency cap."""
     from coding_agent_rl.rollout.executor import EXECUTORS
 
-    name = getattr(args, "executor", None) or settings.current().executor
+    conf = settings.current()
+    name = getattr(args, "executor", None) or conf.executor
     if name not in EXECUTORS.names():
         raise UserError(f"--executor {name!r}: expected one of {', '.join(EXECUTORS.names())}")
-    if getattr(args, "ray_address", None) and name != "ray":
+    address = getattr(args, "ray_address", None)
+    if address and address != conf.ray_address and name != "ray":  # Ray's own RAY_ADDRESS is fine
         raise UserError("--ray-address applies to --executor ray only")
     concurrency = args.concurrency
     if concurrency is None and name == "in-process":

@@ -11,15 +11,23 @@ import sys
 from coding_agent_rl.datasets.schema import DatasetError, load_dataset
 from coding_agent_rl.errors import UserError
 from coding_agent_rl.grading.validate import RowReport, validate_rows
+from coding_agent_rl.settings import default
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", required=True, help="JSONL dataset file")
-    parser.add_argument("--sandbox", default="docker", help="sandbox backend (default: docker)")
+    parser.add_argument(
+        "--sandbox", default=default("sandbox"), help="sandbox backend (default %(default)s)"
+    )
     parser.add_argument("--out", help="write one JSON report per row to this JSONL file")
     parser.add_argument("--concurrency", type=int, default=2, help="rows validated at once")
     parser.add_argument("--runs", type=int, default=2, help="repetitions to catch flaky tests")
-    parser.add_argument("--timeout", type=float, default=600, help="test command time limit (s)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=default("eval_timeout_s"),
+        help="test command time limit (s)",
+    )
     parser.add_argument("--instance", action="append", help="only this instance_id (repeatable)")
 
 

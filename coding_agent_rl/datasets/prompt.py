@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import string
 
-from coding_agent_rl import settings
-
 PROBLEM_FILE = "PROBLEM_STATEMENT.md"
 
 DEFAULT_TEMPLATE = """\
@@ -22,9 +20,10 @@ $problem_statement
 
 
 def render_prompt(problem_statement: str, workdir: str, template: str | None = None) -> str:
-    """``template`` (or ``settings.prompt_template``: ``$SWE_CC_PROMPT``, slime's name) uses ``$workdir``,
-    ``$problem_statement`` and ``$problem_file``; ``{problem_statement}`` style works too."""
-    template = template or settings.current().prompt_template or DEFAULT_TEMPLATE
+    """``template`` (the ``prompt_template`` setting; None: :data:`DEFAULT_TEMPLATE`) uses
+    ``$workdir``, ``$problem_statement`` and ``$problem_file``; ``{problem_statement}`` style
+    works too."""
+    template = template or DEFAULT_TEMPLATE
     values = {
         "workdir": workdir,
         "problem_statement": problem_statement,

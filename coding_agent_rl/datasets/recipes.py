@@ -1,23 +1,8 @@
-"""How a repository's Python environment is installed in its image: an isolated venv at
-``/opt/venv`` (never the system site-packages: Debian's own ``more_itertools`` or ``tomli``
-would shadow the repository under test) with pytest and the repository in development mode.
+"""How a repository's Python environment is installed in its container image: a venv at
+``/opt/venv`` with pytest and the repository in development mode.
 
-Where the recipe comes from, first match wins:
-
-1. the row's ``install_config`` (SWE-rebench ships one per row);
-2. the ``swebench`` package's per-repository specs (``MAP_REPO_VERSION_TO_SPECS``), when it is
-   installed (``pip install swebench``);
-3. a generic recipe: ``requirements*.txt`` at the top of the repository, then
-   ``pip install -e .[test]`` (the ``test`` / ``tests`` / ``testing`` extra when pyproject
-   declares one) for a repository with ``pyproject.toml`` / ``setup.py`` / ``setup.cfg``.
-
-Builds have no network inside: every wheel is downloaded on the host (``pip download`` for the
-image's Python and platform) and installed with ``--no-index``, the build backend's own
-requirements too (build_requires.py): pip's isolated build environment installs them from the same
-wheel set. Backends that take the version from git (setuptools-scm, hatch-vcs, pdm's scm source)
-are given the row's ``version`` (or ``0.0.0``) through their environment variables. ``pre_install`` (apt) steps and a
-conda ``environment.yml`` cannot run offline: they are noted, not run; the environment uses the
-image's Python, whatever version a spec asks for.
+The recipe comes from the row's ``install_config``, else the ``swebench`` specs, else a generic
+one; builds are offline (wheels downloaded on the host). Details: docs/modules/datasets.md.
 """
 
 from __future__ import annotations

@@ -1,32 +1,9 @@
 """The environment contract of the native multi-turn loop: slime's ``BaseInteractionEnv``.
 
-An environment is built per sample (``build_env(sample=..., args=...)`` in the module named by
-``rollout_interaction_env_path`` of the ``--custom-config-path`` YAML) and driven by :func:`coding_agent_rl.env.loop.run_episode`:
-
-* ``reset() -> (observation, info)`` once before the first turn (and again before a retry when a
-  step failed with ``EnvError(reset=True)``);
-* ``step(response_text) -> (observation, done, info)`` once per turn with the decoded model output;
-* ``format_observation(observation)`` -> the chat message appended before the next turn: slime's
-  ``{"role": "user", "content": [...]}`` with one ``{"type": "image", "image": ...}`` item per
-  image in ``observation["multi_modal_data"]`` and then ``{"type": "text", "text": obs_str}``.
-  Here it may also return a *list* of messages (e.g. one ``{"role": "tool", ...}`` per tool call:
-  the chat template groups them into one turn);
-* ``close()`` on every path.
-
-Methods may be plain or ``async``; the loop awaits what returns an awaitable. Plain methods run on
-the event loop, as slime runs them: do blocking I/O in ``async`` methods.
-
-Optional extensions this project reads (slime ignores them):
-
-* a ``reset`` observation holding ``"messages"`` (and ``"tools"``) is the prompt to render;
-  otherwise the sample's prompt is used (see ``loop.py``);
-* ``evaluate() -> EnvOutcome``: the episode's reward once the loop has ended (the coding env
-  grades the diff there), so slime skips its reward model for the sample.
-
-Failures: a step raising :class:`FatalEnvError` ends the episode as an infrastructure failure at
-once; any other exception is retried within the turn's retry budget (``EnvError.reset`` asks for
-``reset()`` before the retry) and ends the episode as ``infra`` once the budget is spent. The
-model's own mistakes (an ill-formed tool call, a failing command) are observations, never errors.
+Built per sample by ``build_env(sample=..., args=...)``; the loop calls ``reset``, ``step`` per
+turn, ``format_observation`` and ``close`` (plain or ``async``). :class:`FatalEnvError` ends an
+episode as infrastructure; other errors are retried. The optional extensions this project reads
+and the failure rules: docs/modules/env.md.
 """
 
 from __future__ import annotations

@@ -46,6 +46,7 @@ from coding_agent_rl.harness.agent_user import agent_user_script, default_home
 from coding_agent_rl.model.parsers import parse_assistant
 from coding_agent_rl.model.parsers.xml_calls import convert
 from coding_agent_rl.sandbox import BACKENDS, Sandbox, SandboxError, SandboxGone, create_sandbox
+from coding_agent_rl.settings import default
 
 log = logging.getLogger(__name__)
 
@@ -60,14 +61,14 @@ NO_TOOL_CALL = ("submit", "nudge")
 
 @dataclasses.dataclass
 class CodingEnvConfig:
-    backend: str = "docker"
+    backend: str = default("sandbox")
     sandbox_options: dict[str, Any] = dataclasses.field(default_factory=dict)
-    tool_parser: str = "qwen25"
-    reasoning_parser: str | None = "qwen3"
+    tool_parser: str = default("tool_parser")
+    reasoning_parser: str | None = default("reasoning_parser")
     user: str = "agent"
     limits: ToolLimits = dataclasses.field(default_factory=ToolLimits)
     on_no_tool_call: str = "submit"
-    eval_timeout_s: float = 600.0
+    eval_timeout_s: float = default("eval_timeout_s")
     grade_ahead: bool = True  # prepare the grading sandbox while the policy works
     system_prompt: str = SYSTEM_PROMPT
     max_calls_per_turn: int = 16  # further calls in one reply are answered with an error
@@ -311,7 +312,7 @@ def build_env(sample: Any = None, args: Any = None, **_: Any) -> CodingEnv:
     row = row_from_sample(sample, base_dir=conf.dataset_dir)
     config = CodingEnvConfig(
         backend=conf.sandbox,
-        tool_parser=getattr(args, "sglang_tool_call_parser", None) or "qwen25",
+        tool_parser=getattr(args, "sglang_tool_call_parser", None) or conf.tool_parser,
         reasoning_parser=getattr(args, "sglang_reasoning_parser", None),
         eval_timeout_s=conf.eval_timeout_s,
         grade_ahead=BACKENDS.load(conf.sandbox).idle_is_free,
@@ -319,6 +320,6 @@ def build_env(sample: Any = None, args: Any = None, **_: Any) -> CodingEnv:
     return CodingEnv(
         row,
         config,
-        prompt=render_prompt(row.problem_statement, row.workdir),
+        prompt=render_prompt(row.problem_statement, row.workdir, conf.prompt_template),
         files={f"{row.workdir}/{PROBLEM_FILE}": row.problem_statement},
     )

@@ -1,24 +1,8 @@
 """Prompt and observation tokens for the native loop: the dummy-messages delta.
 
-The prompt is rendered once with the chat template. After that the sample's tokens are never
-re-rendered: each observation's tokens are the *delta* the template adds for the new message(s)
-after a finished assistant turn (:meth:`Renderer.delta`: a fixed dummy conversation ending in an
-assistant turn with a sentinel, rendered with and without the new messages, keeping only what
-follows; the system/tool preamble is never repeated). The result equals a full render of the same
-history (tested on canonical histories for the Qwen3-style template and a Llama-3-style one);
-unlike trimming by the token count of a rendered dummy prefix it also closes the previous turn
-the way the template does (the ``\\n`` after ``<|im_end|>``, the whole end marker after a
-``length`` finish) and never lets BPE merge across the cut.
-
-Images: image parts of the prompt or of an observation (slime's
-``{"type": "image", "image": ...}`` items, built from ``observation["multi_modal_data"]``) go
-through :func:`coding_agent_rl.multimodal.parts.prepare`. With a
-:class:`~coding_agent_rl.multimodal.VisionProcessor` (a VLM policy) each becomes the template's
-image placeholder, expanded to the processor's token count *inside the new delta only* (earlier
-images are already in the stored tokens), and :class:`Encoded` carries the images for SGLang's
-``image_data`` and this turn's processor tensors. Without one (a text-only policy) each becomes
-the placeholder text the settings choose (or the episode is refused with a clear reason). Too
-many, too large or undecodable images are answered as text in their place.
+The prompt is rendered once; each observation adds only the tokens the template adds for the
+new messages (:meth:`Renderer.delta`), equal to a full render. Pictures become the VLM's expanded
+placeholders (or the placeholder text for a text-only policy). Details: docs/modules/env.md.
 """
 
 from __future__ import annotations

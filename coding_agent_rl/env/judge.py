@@ -1,25 +1,9 @@
 """LLM-as-judge feedback as an environment: a wrapper around any env, no change to the loop.
 
-After each inner step the judge model reads the task, the agent's action and its result, and
-answers with a critique whose last line is ``SCORE: x`` (0 <= x <= 1). Two modes:
-
-* ``critique`` — the critique is appended to the observation (one more user message, observation
-  tokens, loss mask 0): the policy reads a reviewer's feedback next turn;
-* ``score`` — the per-turn scores are averaged and combined with the inner env's reward
-  (the tests) by the rule ``reward = (1 - weight) * test_reward + weight * judge_score`` with
-  ``0 <= weight < 1``: an unsolved task earns at most ``weight``, so the judge can shape a reward
-  but never turn a failing diff into a solved one. Both parts are kept in the record
-  (``test_reward``, ``judge_score``, ``judge_scores``).
-
-The judge is reached through any OpenAI-compatible ``/v1/chat/completions`` endpoint
-(:class:`OpenAIJudge`) or SGLang's ``/generate`` with a chat template (:class:`SGLangJudge`).
-
-Against a policy that writes to the judge: the action and result sent to the judge are excerpts
-with the ``SCORE:`` marker defused, and only the *last* ``SCORE:`` line of the judge's own reply
-counts, so a judge quoting the action cannot carry the policy's score. A judge failure (no
-answer, no score) is an env failure: the loop retries the step, and this wrapper then asks the
-judge again *without* re-running the inner step (its result is kept), so an action never runs
-twice.
+``critique`` appends the judge's critique to the observation; ``score`` blends the judge's mean
+score with the tests' reward (an unsolved task earns at most ``weight``). Judges:
+:class:`OpenAIJudge`, :class:`SGLangJudge`. Defences against a policy writing to the judge:
+docs/modules/env.md.
 """
 
 from __future__ import annotations

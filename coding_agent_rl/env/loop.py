@@ -1,38 +1,8 @@
 """The native multi-turn loop: generate on token ids, step the environment, append, repeat.
 
-Encode the prompt once; each turn generate with SGLang on ``input_ids`` (token ids in, token ids
-and logprobs out), append the sampled tokens with loss mask 1, step the environment with the
-decoded text, stop if it is done, else append the observation's delta tokens (``encoding.py``)
-with loss mask 0 and logprob 0. Images (an observation's ``multi_modal_data``) add their expanded
-image tokens to the delta; every image so far goes to SGLang as ``image_data`` with each generate,
-and each turn's processor tensors are buffered for one merge when the sample is built.
-
-Termination (``Episode.end``):
-
-* ``done`` — the environment said so (``completed``);
-* ``max_turns`` — the turn budget is spent (``completed``, as slime marks it); the last turn's
-  action is executed, its observation is not appended (nothing would be trained after it);
-* ``context_budget`` / ``response_budget`` — the token budget shared by sampled and observation
-  tokens is spent: ``max_context`` bounds prompt + response, ``max_response`` the response
-  (``truncated``). The limits are never exceeded: ``max_new_tokens`` is capped by the room left,
-  and an observation that would not leave room for one more sampled token is not appended;
-* ``vision_token`` — a VLM policy sampled one of its vision special tokens (``<|image_pad|>``
-  ...): no engine takes a stray image token back as input, so the turn is kept up to it and the
-  episode ends there (``truncated``, the model's outcome, graded as usual);
-* ``length`` — only with ``stop_on_length`` (slime's example loop stops there): the engine
-  stopped at the turn's own ``max_new_tokens`` (``truncated``). By default a reply cut that way
-  is an ordinary turn: the environment sees the cut text (usually an ill-formed call) and the
-  template's end-of-turn tokens close it before the observation, as an agent CLI would go on;
-* ``policy_rejected`` / ``policy_error`` — the engine refused the request (4xx) or failed it
-  while its health probe passed: the request holds only the prompt, the model's tokens and its
-  sandbox's observations, so the episode ends ``truncated`` as the model's outcome (graded as
-  usual); a failure the probe confirms is ``policy_error``, ``aborted``, ``infra``;
-* ``abort`` / ``env_failure`` / ``bad_observation`` / ``prompt_too_long`` — the episode is
-  ``aborted`` with ``failure_kind`` infra (data for a prompt that does not fit).
-
-Env retries: a failing ``step`` is retried in a bounded loop (``max_env_retries_per_turn`` per
-turn, exponential back-off, ``env.reset()`` first when the error asks for it); the turn is
-counted once, after the successful step, with its retries by exception type.
+Sampled tokens get loss mask 1, observation deltas (``encoding.py``) loss mask 0; pictures add
+their expanded tokens and travel as ``image_data``. How an episode ends (``Episode.end``) and how
+failing steps are retried: docs/modules/env.md.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ import base64
 import logging
 import re
 import shlex
-from typing import TYPE_CHECKING
 
+from coding_agent_rl.datasets.schema import TaskRow
 from coding_agent_rl.grading.defences import Defences
 from coding_agent_rl.grading.prepared import Prepared
 from coding_agent_rl.grading.result import GradeResult, fail
@@ -23,9 +23,6 @@ from coding_agent_rl.grading.screen import Added, screen_off_loop
 from coding_agent_rl.grading.workspace import GIT, emit_list, list_script
 from coding_agent_rl.patches.files import patch_paths, path_matches
 from coding_agent_rl.sandbox.capped_read import EMIT, emit_command
-
-if TYPE_CHECKING:  # the schema imports grading.patchfiles; avoid the cycle at runtime
-    from coding_agent_rl.datasets.schema import TaskRow
 
 log = logging.getLogger(__name__)
 q = shlex.quote

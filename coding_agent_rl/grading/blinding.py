@@ -1,19 +1,9 @@
 """Blinded test files: fresh random test names, shuffled definitions, canaries among them.
 
-:class:`TestSource` rewrites one hidden test file as text (never ``ast.unparse``: the output must
-run under the task image's Python, and keeps the task's formatting). Each test function and each
-test method gets a fresh name ``test_<12 hex>`` (definitions and every in-file reference: bare
-names of module-level tests, ``obj.<method>`` attributes); the file keeps its other statements in
-their order and gets the test definitions after them, functions shuffled, canaries at random
-places among them, test classes (their own methods shuffled inside) interleaved at random places
-in their original relative order (a subclass after its base). So a node id the agent could know
-or guess never runs, and neither names nor positions tell a canary from a hidden test.
-
-Where the rewrite could change what the file means, the file is left as it is and the reason
-recorded (:class:`NotBlindable`): a test name used at import time (a decorator, a class body, an
-alias), a test name also used as a parameter, definitions sharing lines, a class header and body
-on one line, ``\\r`` line ends. Tests that depend on their own line numbers or look themselves up
-by a string name cannot be detected; ``validate`` (gold patch must score 1.0) catches them.
+:class:`TestSource` rewrites a hidden test file as text so that no node id the agent could know
+runs and neither names nor positions tell a canary from a hidden test; a file the rewrite could
+change the meaning of is left as it is (:class:`NotBlindable`). Details:
+docs/modules/grading.md.
 """
 
 from __future__ import annotations

@@ -1,35 +1,8 @@
 """Canary tests with blinded names: generated tests with known outcomes, among the hidden ones.
 
-Per grading run (plugin-graded pytest rows) the grader rewrites the hidden test files
-(:mod:`.blinding`): every test gets a fresh random name, definitions are shuffled, and these
-canaries sit at random places among them:
-
-* **must-fail copies**: for each fail-to-pass test function (up to ``MAX_COPIED``), ``copies``
-  (default 2) copies identical but for the expected value of one assertion, replaced by a value of
-  the same type and shape (:mod:`.perturb`: a one-character edit of a string, a nearby number, one
-  element of a list or one value of a dict edited — never a wrapper). The assertion is a top-level
-  statement of the body (``assert x == <expected>``, possibly one conjunct of ``and``, or
-  ``self.assertEqual``); the expected value is a literal there, a literal bound once in the body,
-  or a ``parametrize`` argument (every case edited). The original's literal is written out the
-  same way (``repr``), so source text differs only in the values. Correct code fails every copy;
-  code whose result equals *anything* (``__eq__`` always True) passes them — and is caught.
-* **synthetic must-fail** (``assert sum(...) == wrong``) where fewer than two copies exist, and one
-  **must-pass** canary, shaped like the other tests of its file or class.
-
-Why a selective forger must guess: a fail-to-pass test and its copies form a set of ``copies + 1``
-tests alike in name format, position distribution and source, whose expected values lie on a line
-of one-element edits with the original at a uniformly random place (perturb.py argues why neither
-values nor distances single it out); each copy's value is assigned by a random permutation per
-case. Forging one of them passes the original with probability ``1 / (copies + 1)``; the others are
-canaries recorded PASSED: evidence. A result computed to equal one of the values (rather than the
-right one) is caught the same way. An honest wrong answer equal to a copy's value reads the same
-(the values are random and rarely what a real bug yields; the record says which canary).
-
-Where no same-type edit exists (no top-level equality assertion, an expected value that is
-computed, a bool, an empty string, ``return``/``yield`` in the body) the test gets no copies and
-the record says so (``blinding.unperturbed``): a forger may then spare that test's set. A run-time
-perturbation (a helper editing the expected value as the test runs) would not help: the test
-process can read the helper and its arguments, so it would mark the copies.
+Per fail-to-pass test, must-fail copies that differ only in an expected value (:mod:`.perturb`),
+plus synthetic must-fail and must-pass canaries, all under fresh random names (:mod:`.blinding`).
+Why a selective forger must guess, and which tests get no copies: docs/modules/grading.md.
 """
 
 from __future__ import annotations

@@ -1,33 +1,20 @@
 """Which tamper defences grading applies, and how each row's result is obtained.
 
-Production grades with every defence on (the defaults); the user's choices are ``tamper_policy``
-(``--tamper-policy zero|flag``), ``twin`` (``--twin-grade``: two gradings in fresh sandboxes with
-independent blinding and canaries, whose hidden-test outcomes must agree; off by default because
-it doubles the grading sandboxes, recommended for evaluation) and ``tamper_reward``
-(``--tamper-reward``: the reward of any result with tampering evidence; 0 by default, -1 makes a
-forging strategy's expected reward negative: a selective forger caught with probability ``p``
-per attempt expects at most ``(1 - p) - p``, below 0 once ``p > 1/2``, and ``p >= 2/3`` per
-fail-to-pass test with two copies). The switches exist so that tests can turn one layer off and show
-that the attack it stops then succeeds, and so that the grading benchmark can compare with none.
-
-``result_method``: ``plugin`` when the row's tests run under pytest (no ``test_cmd``, or one that
-runs ``pytest`` / ``python -m pytest``): results come from the grader's plugin over its own
-channel, checked against pytest's exit status and the canaries. ``log``: any other test command;
-results are parsed from its log, the weaker method (the code under test can print what it likes).
-``exit_code`` (``eval_cmd`` rows) and ``reward_file`` (Harbor) are what those protocols read.
+Production grades with every defence on; the user's choices are ``tamper_policy``, ``twin``
+(``--twin-grade``) and ``tamper_reward``. The switches let tests turn one layer off and show the
+attack it stops then succeeds. :func:`result_method` picks ``plugin``, ``log``, ``exit_code`` or
+``reward_file`` per row. Details: docs/modules/grading.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from typing import TYPE_CHECKING
 
+from coding_agent_rl.datasets.schema import TaskRow
 from coding_agent_rl.grading.expansion import DEFAULT_MAX_EXPANDED
 from coding_agent_rl.grading.screen import POLICIES
-
-if TYPE_CHECKING:  # the schema imports grading.patchfiles; avoid the cycle at runtime
-    from coding_agent_rl.datasets.schema import TaskRow
+from coding_agent_rl.settings import default
 
 PLUGIN_PARSERS = ("pytest", "junit", "swebench")
 # `pytest ...`, `python3 -m pytest ...`, `py.test`, possibly after `cd x &&` / `source ...;`.
@@ -40,16 +27,22 @@ _PYTEST = re.compile(
 class Defences:
     plugin: bool = True  # result channel + exit-status agreement (pytest rows)
     canaries: bool = True  # generated must-fail / must-pass tests among the hidden ones
-    blinding: bool = True  # random test names and order, same-type canary copies (False: the
-    # previous canaries: named after their test, appended, ``(expected, <int>)``)
+    blinding: bool = True  # random test names and order, same-type canary copies (False:
+    # canaries named after their test, appended, ``(expected, <int>)``)
     canary_copies: int = 2  # must-fail copies per fail-to-pass test
-    twin: bool = False  # grade twice in fresh sandboxes; hidden-test outcomes must agree
-    tamper_reward: float = 0.0  # the reward of a result with tampering evidence
+    twin: bool = default(
+        "twin_grade"
+    )  # grade twice in fresh sandboxes; hidden-test outcomes must agree
+    tamper_reward: float = default(
+        "tamper_reward"
+    )  # the reward of a result with tampering evidence
     safe_path: bool = True  # PYTHONSAFEPATH: no working directory on sys.path (plugin rows)
     new_files: bool = True  # drop new test modules and new modules that shadow others
     fresh_control: bool = True  # control runs in a fresh sandbox, never where the agent ran
     expansion_cap: int | None = DEFAULT_MAX_EXPANDED  # bytes a diff may write (None: no check)
-    tamper_policy: str = "zero"  # the static screen: zero | flag (| off: benchmarks only)
+    tamper_policy: str = default(
+        "tamper_policy"
+    )  # the static screen: zero | flag (| off: benchmarks only)
 
     def __post_init__(self) -> None:
         if self.tamper_policy not in (*POLICIES, "off"):
@@ -58,7 +51,7 @@ class Defences:
             )
 
 
-# Round 1's grader: results from the log, no safe path, no new-module rule, no canaries, no
+# The bare grader: results from the log, no safe path, no new-module rule, no canaries, no
 # expansion bound, no screen; the control run in place. For benchmarks and "defence off" tests.
 ROUND_1 = Defences(
     plugin=False,

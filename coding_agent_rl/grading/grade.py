@@ -1,52 +1,8 @@
 """Grade an agent's diff in a fresh sandbox from the task's image, network off.
 
-Only the diff crosses over from the agent sandbox. Steps, each a defence (:mod:`defences`):
-
-1. on the host: refuse a diff over the size cap, or one that would *write* more than the
-   expansion cap (binary hunks inflate: expansion.py); drop every file section on a protected
-   path (protect.py);
-2. in the sandbox, prepared ahead (prepared.py): apply the rest as the unprivileged test user
-   with the ladder (apply.py); then, as root in the same exec, delete new files the tests must
-   not pick up — new test modules, new modules whose name shadows the standard library, an
-   installed distribution or another repository module (``pytest_plugin.offending_new_files``) —
-   and read back the changed non-test Python files for the static screen (screen.py);
-3. revert protected paths that still changed on disk; reset ``test_files`` to the base; apply
-   ``test_patch``; put the blinded, canary-bearing test files in place (canaries.py);
-4. run the tests (protocols.py): pytest rows through the grader's plugin and its result
-   channel, in safe-path mode; other commands by their log; ``eval_cmd`` by exit status;
-   Harbor by its reward file.
-
-Infra vs model (``failure_kind``):
-
-=====================================================  ========
-sandbox cannot be created / dies / exec fails          infra
-pre_commands, test-file reset or test_patch fail       infra
-parser package missing (``swebench``)                  infra
-empty diff, diff over a cap, only protected files      model
-diff does not apply (every rung failed)                model
-static screen finding (``tamper_policy=zero``)         model (``tampering`` recorded)
-forged / missing channel records, exit status that     model (``tampering`` recorded)
-  disagrees with them, a canary with the wrong outcome
-tests ran, some required test not PASSED               model
-no result (no final record, nothing parsed), or the    model if the *control run* — a fresh
-  run timed out                                        sandbox, only the hidden tests — gives a
-                                                       result; infra otherwise
-=====================================================  ========
-
-Exceptions. Grading raises nothing for a per-sample failure. Our own steps' errors
-(``SandboxError``, ``GradingError``: ``WorkspaceError``, ``ParserUnavailable``, a screen worker
-that cannot start) are infra. Any *other* exception is
-charged by the stage it escaped from (``result.stage``): in a stage that handles the agent's input
-(:data:`AGENT_STAGES`: the diff on the host, applying it and reading back what it did, the screen,
-the reset that reverts its paths, the test run whose log and records its code wrote) it is the
-model's, with ``grader_error`` recorded — an input that crashes a parser must not become a retried,
-untrained infra sample; in ``prepare`` (the task's image and data, before the diff is used) and
-``control`` (a fresh sandbox without the agent's code) it is infra.
-
-The control run settles the ambiguous cases only (it costs a sandbox): an agent whose code hangs
-or kills the test process is scored (model), while a harness that never works (bad ``test_cmd``,
-broken image) is not blamed on the model. It never runs where the agent's code ran, so nothing
-that code left behind (files in HOME, a broken workdir) can make it fail.
+Only the diff crosses over from the agent sandbox. The steps (each a defence), which failures
+are the model's and which are infrastructure's, and when the fresh-sandbox control run settles
+an ambiguous result: docs/modules/grading.md.
 """
 
 from __future__ import annotations
@@ -55,8 +11,9 @@ import asyncio
 import logging
 import shlex
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from coding_agent_rl.datasets.schema import TaskRow
 from coding_agent_rl.errors import FailureKind, GradingError
 from coding_agent_rl.grading.after_apply import (
     LIST_MARK,
@@ -88,9 +45,7 @@ from coding_agent_rl.grading.workspace import (
 )
 from coding_agent_rl.patches.files import filter_patch, path_matches
 from coding_agent_rl.sandbox import SandboxError, create_sandbox
-
-if TYPE_CHECKING:  # the schema imports grading.patchfiles; avoid the cycle at runtime
-    from coding_agent_rl.datasets.schema import TaskRow
+from coding_agent_rl.settings import default
 
 log = logging.getLogger(__name__)
 q = shlex.quote
@@ -103,7 +58,7 @@ async def grade(
     *,
     backend: str = "docker",
     sandbox_options: dict[str, Any] | None = None,
-    timeout: float = 600,
+    timeout: float = default("eval_timeout_s"),
     allow_empty: bool = False,
     max_diff_bytes: int = DEFAULT_MAX_BYTES,
     extra_protected: tuple[str, ...] = (),

@@ -1,24 +1,8 @@
 """Same-type perturbations of a test's expected value, for must-fail canaries.
 
-:func:`value_line` gives ``k + 1`` distinct values of the expected value's type and shape that
-differ in one place only — one number (of the value, or one element of a list/tuple, or one
-value of a dict, nested alike), or one character of a string/bytes — and lie there on an evenly
-spaced **line**: ``x + (i - j) * d`` for ``i = 0..k`` (a character moves in the order of the
-printable ASCII characters, space excluded), the expected value at position ``j``, drawn
-uniformly. Never a
-wrapper; the type, length and layout stay.
-
-Why no statistic of the set singles out the original: ``j`` is uniform and the line's shape
-(where it differs, its spacing) is drawn independently of ``j``, so the original is the smallest,
-the largest, the centre (by order or by distance: the spacing is even) or any other rank with
-probability ``1 / (k + 1)`` each; names and positions are drawn independently of everything
-(blinding.py). What is left is a *prior* over which value is right: knowing, or guessing from
-meaning, the answer (``'hello-world'`` reads better than ``'hello-wprld'``; a count is not
-negative). Two approximations, both small: a character position is used only where the line stays within
-``!``..``~`` for the drawn ``j`` and ``d`` (only characters within ``k * d`` of either end are
-affected); a float's step scales with its magnitude. Lone bools, ``None``, empty values and
-strings of spaces or non-ASCII characters only have no line (``None``).
-See docs/grading.md ("Canaries").
+:func:`value_line` gives ``k + 1`` values of the expected value's type and shape that differ in
+one place, evenly spaced on a line with the original at a uniformly random position. Why no
+statistic of the set singles out the original: docs/modules/grading.md.
 """
 
 from __future__ import annotations

@@ -1,28 +1,9 @@
 """A grading sandbox brought to its base state before the agent's diff exists.
 
-Everything grading does before it needs the diff depends on the row alone: create the sandbox from
-the task's image with the network off, run ``pre_commands``, snapshot the base commit, set up the
-unprivileged test user, upload the hidden test patch, and — for plugin-graded rows — read the
-hidden test files as they will be (base + test patch), blind them and derive this run's canaries
-(canaries.py: fresh random test names, shuffled definitions), and stage those test files, the grader's plugin and the run's key
-(:mod:`coding_agent_rl.grading.channel`). :class:`GradingSandbox` starts that in the background
-(e.g. while the agent runs) and hands the result to ``grade(..., sandbox=...)``, which takes only
-the diff from the agent's side.
-
-Usage (the rollout runner's)::
-
-    async with GradingSandbox(row, backend="docker") as ahead:
-        ahead.start()                   # creation and preparation begin
-        ...                             # the agent runs, the diff is captured
-        result = await grade(row, diff, sandbox=ahead)   # grades; leaving destroys it
-
-``close()`` (and leaving the ``async with``) cancels a preparation under way and destroys the
-sandbox on every path, cancellation included; a failed preparation surfaces when ``grade``
-waits for it and is scored as an infrastructure failure, as it always was.
-
-What crosses into the sandbox travels as one tar (the *bundle*, root-only) unpacked by the first
-script that runs after the agent's diff is applied: the staged test files and the key are not in
-the workdir before then, and the key never appears on a command line.
+:class:`GradingSandbox` creates and prepares it in the background (image, ``pre_commands``, test
+user, hidden test patch, blinded test files, the plugin and the run's key) and hands it to
+``grade(..., sandbox=...)``; leaving its ``async with`` destroys it on every path. Usage and the
+bundle that carries the staged files: docs/modules/grading.md.
 """
 
 from __future__ import annotations
@@ -36,8 +17,9 @@ import posixpath
 import shlex
 import tarfile
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from coding_agent_rl.datasets.schema import TaskRow
 from coding_agent_rl.grading import channel
 from coding_agent_rl.grading.canaries import Blinding, Canary, plan_canaries
 from coding_agent_rl.grading.canaries_legacy import legacy_plan
@@ -58,9 +40,6 @@ from coding_agent_rl.sandbox import BACKENDS, Sandbox, create_sandbox
 from coding_agent_rl.sandbox.base import NetworkUnsupported
 from coding_agent_rl.sandbox.capped_read import EMIT, emit_command, parse_emitted
 from coding_agent_rl.sandbox.task import task_options
-
-if TYPE_CHECKING:  # the schema imports grading.patchfiles; avoid the cycle at runtime
-    from coding_agent_rl.datasets.schema import TaskRow
 
 q = shlex.quote
 log = logging.getLogger(__name__)

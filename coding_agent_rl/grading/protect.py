@@ -1,40 +1,15 @@
 """Which paths the agent's diff may not change when it is graded.
 
-Defaults, each closing a known reward hack (whole files are protected; a legitimate fix that
-needs to edit one of them is dropped, which is the accepted price):
-
-- the task's test files (``test_files``), plus anything that could shadow one at import time: a
-  sibling ``<stem>.*`` (an extension module ``test_x.cpython-311-x86_64-linux-gnu.so`` beats
-  ``test_x.py``), a package directory ``<stem>/``, the directory's ``__init__.py``;
-- ``conftest.py`` anywhere (a hook that rewrites reports to PASSED);
-- test-runner configuration: ``pytest.ini``, ``tox.ini``, ``setup.cfg``, ``pyproject.toml``,
-  ``.pytest.ini`` (``addopts = -p plugin``, ``python_files``, ``testpaths``) — whole files;
-- interpreter start-up hooks: ``sitecustomize.py``, ``usercustomize.py``, ``*.pth``;
-- package metadata that registers pytest plugins (``*.egg-info/``, ``*.dist-info/``,
-  ``entry_points.txt``);
-- stale bytecode (``__pycache__/``, ``*.pyc``; an "unchecked-hash" pyc is used without its source);
-- the test runner's own modules at the repository root (``pytest.py``, ``pytest/``,
-  ``_pytest/``, ``pluggy``, ``py.py``): ``python -m pytest`` puts the workdir first on
-  ``sys.path``, so a fake ``pytest.py`` there would print any summary it likes;
-- ``.gitattributes`` (it steers how the grader's own ``git checkout`` rewrites test files);
-- the harness's and grader's own files (``.harness/``, ``PROBLEM_STATEMENT.md``);
-- plus the row's ``protected_paths`` globs.
-
-Not covered here: the code under test runs inside the test process, so library code that
-monkeypatches the runner, or a new module that shadows a not-yet-imported module, could forge
-results despite these paths. The other layers handle that (see the package docstring): the
-grader's plugin and its result channel, canaries, the exit-status check, the static screen, safe
-path and the new-module rule.
+Test files and what could shadow them, ``conftest.py``, runner configuration, start-up hooks,
+plugin metadata, bytecode, the runner's own modules, ``.gitattributes``, the harness's files and
+the row's ``protected_paths``. Why each: docs/modules/grading.md.
 """
 
 from __future__ import annotations
 
 import posixpath
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the schema imports grading.patchfiles; avoid the cycle at runtime
-    from coding_agent_rl.datasets.schema import TaskRow
-
+from coding_agent_rl.datasets.schema import TaskRow
 
 DEFAULT_PROTECTED = (
     "conftest.py",

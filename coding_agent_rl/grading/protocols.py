@@ -18,9 +18,10 @@ import pathlib
 import shlex
 import xml.etree.ElementTree as ET
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from coding_agent_rl.datasets.logparse import parse_log
+from coding_agent_rl.datasets.schema import TaskRow
 from coding_agent_rl.grading.defences import Defences
 from coding_agent_rl.grading.evidence import plugin_verdict
 from coding_agent_rl.grading.prepared import GradingSandbox, Prepared
@@ -28,9 +29,6 @@ from coding_agent_rl.grading.result import GradeResult, cap_log, fail, score_tes
 from coding_agent_rl.grading.runner import TestRun, TestRunner
 from coding_agent_rl.grading.workspace import restore_paths, run_checked
 from coding_agent_rl.sandbox import Sandbox, SandboxError
-
-if TYPE_CHECKING:  # the schema imports grading.patchfiles; avoid the cycle at runtime
-    from coding_agent_rl.datasets.schema import TaskRow
 
 q = shlex.quote
 HARBOR_TESTS = "/tests"
@@ -88,7 +86,7 @@ class Graded:
         if self.defences.fresh_control:
             ok = await _control_in_fresh_sandbox(self, works)
             self.result.control = f"fresh sandbox: {'a result' if ok else 'no result either'}"
-        else:  # only for tests of this defence: the old way, in the agent's grading sandbox
+        else:  # only for tests of this defence: the control run in the agent's grading sandbox
             await self.revert_agent()
             ok = await works(self)
             self.result.control = f"same sandbox: {'a result' if ok else 'no result either'}"

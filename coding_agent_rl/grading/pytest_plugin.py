@@ -1,47 +1,9 @@
 """The grader's pytest plugin: runs *inside the grading sandbox*, in the test process.
 
-This file is not imported by the package at run time. The grader writes a copy of it into the
-grading sandbox under a random module name, in a root-owned directory the test user (uid 4999)
-cannot write, with one line appended that calls :func:`_activate`; pytest loads it through
-``PYTEST_PLUGINS`` before any repository code (plugins named there load before ``conftest.py``
-files and before collection). It is stdlib + pytest only and stays Python 3.6 compatible, because
-it runs with whatever interpreter the task image has.
-
-What it does:
-
-* reads a per-run random key from an inherited descriptor (fd 199, opened by the root-side
-  runner script on a root-only file) and closes it at once: the key exists only in this process's
-  memory, never in a file, argument or environment variable the test user can read;
-* writes one JSON record per event to another inherited descriptor (fd 198, a root-owned file
-  opened for appending by the root-side script), never to the test's stdout: ``start``,
-  ``collected`` (the node ids pytest will run, collection errors), ``test`` (each test's outcome
-  as soon as its teardown is reported) and ``final`` (pytest's exit status, written from the last
-  hook, ``pytest_unconfigure``). Each record carries a sequence number and an HMAC-SHA256 over
-  the previous record's MAC and its own body, so a record forged without the key, a reordered
-  or a dropped record is detected by the host (:mod:`coding_agent_rl.grading.channel`);
-* notes when a report's outcome differs from the one pytest created (a hook that rewrites
-  reports after they were made);
-* in safe-path mode (``PYTHONSAFEPATH``, Python >= 3.11: no working directory on ``sys.path``)
-  appends the repository at the *end* of ``sys.path``, so its modules import but cannot shadow
-  the standard library or an installed distribution;
-* re-runs the new-module rule of :func:`offending_new_files` with this interpreter's own view of
-  what is installed (the root-side check used the image's ``python3``, which may not be the one
-  the tests run with) and removes what it finds before any repository code is imported; and
-  again once pytest has put its ini ``pythonpath`` and the initial conftests' directories on
-  ``sys.path`` (and at session start), with every in-repository entry of the real ``sys.path``
-  as an import root, reporting what it removed then in a ``removed`` record.
-
-``python3 -I pytest_plugin.py check-new WORKDIR NEW_LIST TEST_FILES...`` runs the same rule as a
-root-side script (used right after the agent's diff is applied): it deletes the offending new
-files and prints ``path<TAB>reason`` lines.
-
-Limits (honest): the code under test runs in this very process and can, in principle, reach
-anything here — the key in memory, the descriptor, pytest's objects. This plugin only makes
-tampering *expensive and visible*: forging needs the key (found only by inspecting this process),
-a forged pass must also fool the canary tests (canaries.py), pytest's real exit status must agree
-with the records, and the static screen (screen.py) flags the usual means (``_pytest``,
-``gc.get_objects``, ``os._exit``, ``atexit``, ...). Each layer closes a class; together they do not
-make forging impossible for code that deliberately reverse-engineers this plugin.
+Not imported by the package at run time: the grader copies it into the sandbox under a random
+name and pytest loads it before any repository code. It reports each test over an inherited,
+HMAC-chained descriptor and enforces the new-module rule. Stdlib + pytest only, Python 3.6
+compatible. What it does and its limits: docs/modules/grading.md.
 """
 
 import hashlib

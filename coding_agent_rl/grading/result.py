@@ -1,26 +1,9 @@
 """The outcome of grading one diff, and the reward rule.
 
 Reward 1.0 iff the fail-to-pass set is non-empty and every fail-to-pass and pass-to-pass test
-is PASSED. Anything else — FAILED, ERROR, SKIPPED, XFAIL, XPASS, or not reported at all — is a
-failure (an imperative ``pytest.skip()``/``xfail()`` from the code under test earns nothing).
-
-``failure_kind``: ``None`` (graded normally, whatever the reward), ``"model"`` (the agent's
-diff is at fault: empty, too large, does not apply, breaks or hangs the tests, tampers with the
-result) or ``"infra"`` (the sandbox, the task data or the test harness failed; the sample must not
-be trained on).
-
-``result_method`` says how the outcome was obtained: ``plugin`` (the grader's pytest plugin and
-its channel: the strong method), ``log`` (parsed from a non-pytest command's output: weaker, the
-code under test can print anything), ``exit_code`` (``eval_cmd``), ``reward_file`` (Harbor).
-``tampering`` lists the evidence that zeroed the reward (static screen findings under the
-``zero`` policy, forged or missing result records, canaries with the wrong outcome);
-``screen_findings`` lists the screen's findings whatever the policy.
-
-``grader_error`` (``{stage, type, message}``): an unexpected exception while grading handled the
-agent's input (see grade.py); the sample is scored as the model's failure. Every list and text
-the agent can grow is capped when grading ends (:meth:`GradeResult.cap`): at most
-:data:`MAX_ITEMS` entries of :data:`MAX_ITEM_CHARS` characters, with the totals kept
-(``screen_findings_total``, ``tampering_total``).
+PASSED. :class:`GradeResult` also says whose failure it was (``failure_kind``), how the outcome
+was obtained (``result_method``) and the tampering evidence, every agent-grown list capped.
+Field by field: docs/modules/grading.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """Run a test command in the grading sandbox as an unprivileged user, with a hard time limit.
 
-The grader's scratch directory has a random name chosen by the grader and exists only in the
-grading sandbox; it is root-owned and not listable (0711). Reports (JUnit XML) go to ``out/``
-there, not into the repository. Tests run as uid 4999 through ``setpriv`` (util-linux) so code
-under test cannot touch root-owned files (the grader's scripts and plugin, the interpreter's
-site-packages); after the run every process of that uid is killed, so nothing keeps writing
-once the grader reads the results. Without ``setpriv`` the tests run as root and ``as_user``
-says so.
-
-With a result channel (:mod:`coding_agent_rl.grading.channel`), the root-side script opens the
-channel file (append) and the key file (read) *before* dropping privileges and hands them to the
-command as descriptors 198 and 199. The command's output goes to a root-owned log file. Everything
-comes back in the same exec, each piece capped (:mod:`coding_agent_rl.sandbox.capped_read`): the
-log's tail, the JUnit report, the channel. The test user gets a fresh, empty HOME in a fresh
-sandbox for every run, and ``PYTHONNOUSERSITE`` keeps a user site-packages out of the interpreter.
+Tests run as uid 4999 in a root-owned, unlistable scratch directory; every process of that uid is
+killed afterwards; the result channel's descriptors are opened before privileges drop; the log,
+the JUnit report and the channel come back capped in one exec. Details:
+docs/modules/grading.md.
 """
 
 from __future__ import annotations

@@ -1,30 +1,9 @@
 """Static tamper screen: the agent's changes to non-test Python files, read as syntax trees.
 
-Code under test runs inside the test process, so the usual ways to forge a result are visible in
-the source: reaching into the test framework (``_pytest``, ``pluggy``, pytest hook functions,
-the plugin manager, ``hookimpl``, ``unittest``'s runner and result classes), ending the process
-behind the framework's back (``os._exit``, a module-level ``sys.exit`` / ``raise SystemExit``,
-``atexit``), finding live framework objects (``gc.get_objects`` / ``get_referrers``), tracing
-the interpreter (``sys.settrace`` / ``setprofile``), or writing around pytest's capture
-(``sys.__stdout__``, ``/proc/self/fd``). Each such reference is a finding, ``path:line: what``.
-
-Only lines the diff added count (a file's existing code is not the agent's), and these are not
-findings: code under ``if __name__ == "__main__":``, and references to a framework from inside that
-framework's own package (a fix to pytest itself touches ``_pytest``). Test files are not screened
-(the grader replaces the declared ones and drops new ones). The grader applies the policy: ``zero``
-(default: any finding scores 0, recorded as tampering) or ``flag`` (recorded only).
-
-Line numbers are the parser's (``\n``, ``\r\n`` and ``\r`` end a line; U+2028 and friends do
-not), and the framework rules (``_pytest``, ``pluggy``, hooks, the plugin manager) apply to the
-whole changed file, not only to the added lines — less what the file's pre-image already had
-(a repository's own pytest plugin is not the agent's). The walk is iterative (a 2000-term expression is
-screened, not a ``RecursionError``), findings are capped per file (:data:`MAX_FINDINGS`, with a
-total), and :func:`screen_off_loop` runs it in a child process with memory and CPU limits, off
-the caller's event loop. A file the worker cannot screen (out of memory, too deep) is a finding.
-
-This is a screen, not a proof: ``getattr(__import__("o" + "s"), "_e" + "xit")`` passes it. It
-catches the direct spellings cheaply; the result channel and the canaries catch the effects.
-This file is also the worker's script: stdlib only at import.
+Flags the direct spellings of forging a result (``_pytest``, hooks, ``os._exit``, ``atexit``,
+``gc.get_objects``, tracing, writing around capture) on the lines the diff added, as
+``path:line: what``; :func:`screen_off_loop` runs it in a limited child process. This file is also
+the worker's script: stdlib only at import. Rules and limits: docs/modules/grading.md.
 """
 
 from __future__ import annotations

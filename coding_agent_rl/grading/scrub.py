@@ -1,16 +1,8 @@
 """Remove from a task's git repository everything the agent must not see.
 
-Agents under RL learn to read the fix from the future: ``git log --all``, a tag, a remote
-branch, the reflog, a stash, ``FETCH_HEAD``, a rerere cache, or a dangling object left by the
-image build. ``scrub_git`` leaves one branch at the base commit and only the objects reachable
-from it, in the repository and in every checked-out submodule (each at the commit the base
-records), then verifies that: no commit outside the base's ancestry, no unreachable object.
-
-It works on repositories as real image sets ship them: single-branch clones whose remote was
-removed (a dangling ``refs/remotes/origin/HEAD``), full clones with thousands of unreachable
-objects, packed refs, shallow clones, submodules, alternates. The ref store is rebuilt rather
-than edited ref by ref, so a broken ref cannot stop it; no pipe is cut short (a ``| head``
-under ``pipefail`` dies of SIGPIPE); every failure names the command and carries git's stderr.
+``scrub_git`` leaves one branch at the base commit and only the objects reachable from it (in
+submodules too), then verifies it; it copes with repositories as real image sets ship them.
+Details: docs/modules/grading.md.
 """
 
 from __future__ import annotations

@@ -1,22 +1,8 @@
-"""Check that each task can teach anything: in clean sandboxes, through the real grading path,
+"""Check that each task can teach anything, in clean sandboxes, through the real grading path.
 
-- without the gold patch (hidden tests applied) every fail-to-pass test fails and every
-  pass-to-pass test passes (for ``eval_cmd`` / Harbor rows: the task is not solved);
-- with the gold patch the task is solved (reward 1.0), and the gold patch touches no protected
-  path (the grader would drop that part);
-- both hold on every one of ``runs`` repetitions (a flaky test shows up as a disagreement);
-- the static tamper screen (grading/screen.py) flags nothing in the gold patch: ``screen_fp``
-  counts its findings there, which are false positives by definition.
-
-Before grading, each row goes through exactly the workspace preparation ``run`` gives an agent
-(:func:`~coding_agent_rl.grading.workspace.prepare_agent_workspace`: pre_commands, snapshot,
-hidden paths, git scrub) in an agent-style sandbox, then the leak check
-(:func:`~coding_agent_rl.grading.leaks.find_future`): no commit after the base reachable. A row
-whose preparation fails, or whose fix leaks, is invalid. The report also says where the image
-came from (``built`` / ``pulled`` / ``used``; ``missing`` makes the row invalid).
-
-Rows without a ``patch`` but with a Harbor ``solution/solve.sh`` get their gold diff by running
-the script in that same agent-style sandbox and capturing the diff, exactly as an agent's would be.
+Without the gold patch the task is not solved, with it the task is solved, on every repetition;
+the gold patch touches no protected path and the static screen flags nothing in it; the agent's
+workspace preparation works and leaks no later commit. Details: docs/modules/grading.md.
 """
 
 from __future__ import annotations
@@ -33,6 +19,7 @@ from coding_agent_rl.grading.protect import protected_patterns
 from coding_agent_rl.grading.result import GradeResult
 from coding_agent_rl.patches.files import filter_patch
 from coding_agent_rl.sandbox import BACKENDS
+from coding_agent_rl.settings import default
 
 
 @dataclasses.dataclass
@@ -131,7 +118,7 @@ async def validate_row(
     backend: str = "docker",
     runs: int = 2,
     sandbox_options: dict[str, Any] | None = None,
-    timeout: float = 600,
+    timeout: float = default("eval_timeout_s"),
 ) -> RowReport:
     """Validate one row; the report names the first problem found."""
     t0 = time.monotonic()

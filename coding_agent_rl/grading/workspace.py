@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from coding_agent_rl.datasets.prompt import PROBLEM_FILE
 from coding_agent_rl.grading.git import GIT, WorkspaceError, q, run_checked
 from coding_agent_rl.sandbox.base import Sandbox
+from coding_agent_rl.settings import default
 
 if TYPE_CHECKING:
     from coding_agent_rl.datasets.schema import TaskRow
@@ -89,7 +90,7 @@ async def prepare_workspace(
     row: TaskRow,
     *,
     agent: bool,
-    timeout: float = 600,
+    timeout: float = default("eval_timeout_s"),
     files: Mapping[str, str] | None = None,
 ) -> str:
     """Run pre_commands and snapshot the base; returns the base commit id.

@@ -57,7 +57,7 @@ class BaseHarness(abc.ABC):
     version_args: ClassVar[tuple[str, ...]] = ("--version",)
     # A CLI from PyPI instead of npm (``package`` then unused): see pyvenv.py.
     python: ClassVar[pyvenv.PyPackage | None] = None
-    capabilities: ClassVar[Capabilities | None] = None  # the README's table row
+    capabilities: ClassVar[Capabilities | None] = None  # its row of the docs/agents.md table
     extra_args_env: ClassVar[str | None] = None  # e.g. SLIME_AGENT_CC_EXTRA_ARGS
     extra_env_env: ClassVar[str | None] = None  # e.g. SLIME_AGENT_CC_EXTRA_ENVS
 

@@ -1,5 +1,5 @@
 """What each agent CLI offers and what we map it to: one :class:`Capabilities` per harness,
-printed by ``coding-agent-rl agents table`` (the README's table is that output)."""
+printed by ``coding-agent-rl agents table`` (docs/agents.md holds that output)."""
 
 from __future__ import annotations
 

@@ -1,23 +1,8 @@
 """Run one command detached inside a sandbox, wait for it within a budget, leave nothing behind.
 
-Per ``tag`` a run directory ``RUN_ROOT/<tag>/`` holds::
-
-    launch.sh   written by :func:`prepare`
-    lock/       created atomically by the launch: a replayed launch RPC finds it and starts nothing
-    pid         the launcher's pid = its process group and session id (it runs under ``setsid``)
-    agent.log   the command's stdout and stderr
-    exit        the exit code, written (atomically) when the command ends
-
-The directory and everything in it belong to root, and so does the launcher: it writes the pid
-and exit markers itself and runs only the command as ``spec.user`` (dropping privileges with
-``setpriv``, else ``su``). The command writes its log through the descriptor the launcher opened;
-it cannot replace, remove or forge anything in the directory, so what the host reads there is
-ours. Reading the log is still best-effort and bounded (the command controls its content and
-size): see ``BaseHarness.run``.
-
-The launch is a separate exec from :func:`prepare`, which clears the directory: a transport-level
-retry of the launch never starts a second agent, while calling :func:`run_detached` again with
-the same tag really runs again.
+Per ``tag`` a root-owned run directory holds the launcher, a lock (a replayed launch starts
+nothing), the pid, the log and the exit marker; only the command runs as ``spec.user``. Layout
+and why it cannot be forged: docs/modules/harness.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,6 @@
-"""A Python agent CLI (a PyPI package): its pinned wheel set, installed once into a folder of its
-own in the host cache, run by the task image's CPython in isolated mode.
-
-Layout under ``$CODING_AGENT_RL_CACHE/agents/``::
-
-    wheels/                                   every downloaded wheel (shared by the CLIs)
-    python/<name>-<version>-py<XY>-<lock>/    the CLI's folder (``.complete`` once built)
-        site-packages/                        the locked wheels, installed with pip --target
-        run.py                                the launcher: adds site-packages, calls the entry
-
-In the sandbox the folder is ``BIN_DIR/<name>`` (bind-mounted read-only, or uploaded as one tar)
-and runs as ``python3.X -I -S BIN_DIR/<name>/run.py``: ``-I`` ignores ``PYTHON*`` variables and
-the user site, ``-S`` leaves out the image's site-packages, so the CLI and the task's own Python
-environment never see each other (the agent's commands inherit neither flag).
-"""
+"""A Python agent CLI (a PyPI package): its locked wheel set installed once into a folder of its
+own in the host cache, mounted read-only (or uploaded as one tar), run by the task image's CPython
+as ``python3.X -I -S <folder>/run.py`` (docs/modules/harness.md: layout, isolation)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,8 @@
-"""Provide every row's image, by the user's choice (``coding-agent-rl images build``):
+"""Provide every row's container image, by the user's choice (``coding-agent-rl images build``).
 
-- **built** from a Dockerfile: rows with a build context (``metadata.build``; bundled examples,
-  Harbor tasks);
-- **used** as is: the engine already has the row's image (a pulled SWE-bench image, one built
-  elsewhere);
-- **pulled** (``--pull``): ``docker pull`` of the row's image name, progress shown, credentials
-  from the engine's own config (``~/.docker/config.json``);
-- **built** from the repository (``--repo-source TEMPLATE``): see repo.py.
-
-A missing image is pulled first when both are asked for, then built. A per-image failure is one
-line of the summary; the other images go on. Concurrent builds are bounded.
+Built from a Dockerfile (a build context), used as the engine has it, pulled (``--pull``), or
+built from the repository (``--repo-source``, repo.py); a per-image failure is one summary line
+and the others go on. Details: docs/modules/images.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
-"""Build a converted row's image from its repository's git source (``images build
+"""Build a converted row's container image from its repository's git source (``images build
 --repo-source TEMPLATE``).
 
-The image is ``FROM`` the base image (``coding-agent-rl/base`` unless told otherwise): the
-repository at ``base_commit`` in the row's workdir, set up as SWE-bench sets up its
-repositories (repo_source.py), and an isolated venv with pytest and the repository in
-development mode (recipes.py), first on ``PATH``. Wheels are downloaded on the host for the base
-image's Python and platform, the build backend's requirements too (build_requires.py), so
-nothing inside the build needs the network. Each build's output is kept in a log beside the
-dataset (``<stem>.build-logs/<image>.log``); a failure is one line: the root cause
-(failure.py), how to reproduce it, where the log is.
-
-Idempotent by content hash: the label :data:`~coding_agent_rl.images.dataset.HASH_LABEL`
-covers the base image's id, the repository, ``base_commit``, the workdir, the declared recipe,
-the version given to version-from-git backends and this builder's version, so an up-to-date image costs one ``docker image inspect`` (no clone,
-no download).
+``FROM`` the base image: the repository at ``base_commit`` set up as SWE-bench does, and a venv
+with pytest and the repository (recipes.py); offline, logged beside the dataset, idempotent by a
+content-hash label. Details: docs/modules/images.md.
 """
 
 from __future__ import annotations

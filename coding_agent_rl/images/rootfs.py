@@ -1,20 +1,9 @@
-"""Building the local (bubblewrap) backend's images: unpacked root filesystems in its store
-(:mod:`coding_agent_rl.sandbox.rootfs`: where they live and how the backend finds them).
+"""Building the local (bubblewrap) backend's container images: unpacked root filesystems in its
+store (:mod:`coding_agent_rl.sandbox.rootfs`).
 
-Layout under ``$CODING_AGENT_RL_CACHE/rootfs/`` (default ``~/.cache/coding-agent-rl``), one
-folder per image name (``/`` and ``:`` made ``_``)::
-
-    rootfs/      what the sandbox shows, read-only (its writable paths are copied per sandbox)
-    image.json   {"name", "hash", "env", "workdir"}: what Docker keeps as the image's config
-
-The base image is Debian bookworm from debootstrap, with the Docker base image's packages. Task
-images come from a Dockerfile, of which a subset is understood: ``FROM`` (an image of this
-store), ``COPY``/``ADD`` of files from the build context (``--chown`` only; ``ADD`` neither
-fetches URLs nor unpacks archives), ``WORKDIR``, ``ENV``, ``ARG``, ``RUN``
-(in bwrap with the new root filesystem writable and the host's network); ``LABEL``, ``CMD``,
-``ENTRYPOINT``, ``EXPOSE``, ``VOLUME``, ``STOPSIGNAL`` and ``HEALTHCHECK`` only describe an image
-and are ignored. Anything else, and ``$VAR`` outside ``RUN``, is a clear error. A task image is a
-full copy of its parent (``cp --reflink=auto``): a ``RUN`` may change any file in place.
+The base image comes from debootstrap; task images from a subset of the Dockerfile language
+(``FROM``, ``COPY``/``ADD``, ``WORKDIR``, ``ENV``, ``ARG``, ``RUN``). Layout and the supported
+subset: docs/modules/images.md.
 """
 
 from __future__ import annotations

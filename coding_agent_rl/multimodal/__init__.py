@@ -1,22 +1,14 @@
-"""Images on the token path, shared by the native loop (``env/``) and the CLI adapter.
+"""Pictures on the token path, shared by the native loop (``env/``) and the CLI adapter.
 
-* ``images.py`` — decoding with bounds (:class:`ImageLimits`, :class:`ImageGate`), errors that
-  are the model's (:class:`ImageError`);
-* ``processor.py`` — a VLM image processor: per-image token counts, placeholder expansion,
-  :func:`defuse` for vision markers that appear as text;
-* ``parts.py`` — image parts in chat messages: resolved, gated, rendered as a VLM sees them or
-  as the text-only policy's placeholder;
-* ``buffer.py`` — per-turn training tensors merged once per key;
-* ``serialize.py`` — those tensors in ``samples.jsonl``.
-
-slime's field names: ``multimodal_inputs`` (``{"images": [data URL, ...]}``, the raw images in
-prompt order) and ``multimodal_train_inputs`` (the processor's tensors, e.g. ``pixel_values``
-and ``image_grid_thw``).
+``pictures.py`` decodes with bounds; ``processor.py`` is a VLM's image processor (token counts,
+placeholder expansion, :func:`defuse`); ``parts.py`` readies picture parts of chat messages;
+``buffer.py`` merges per-turn training tensors once per key. slime's field names:
+``multimodal_inputs`` (the raw pictures) and ``multimodal_train_inputs`` (processor tensors).
 """
 
 from __future__ import annotations
 
-from coding_agent_rl.multimodal.images import ImageError, ImageGate, ImageLimits, ImageRef
+from coding_agent_rl.multimodal.pictures import ImageError, ImageGate, ImageLimits, ImageRef
 from coding_agent_rl.multimodal.processor import ImageItem, VisionProcessor, defuse
 
 __all__ = [

@@ -1,25 +1,9 @@
-"""Image parts of chat messages, made ready for a chat template.
+"""Picture parts of chat messages, made ready for a chat template.
 
-Messages may carry images as content parts in any of the shapes our callers produce: slime's
-``{"type": "image", "image": X}`` (X: anything :func:`~.images.load_image` takes, or an
-:class:`~.images.ImageRef`), OpenAI's ``{"type": "image_url", "image_url": {"url": ...}}``,
-Responses' ``{"type": "input_image", "image_url": ...}``, and Anthropic's
-``{"type": "image", "source": {"type": "base64", "media_type", "data"}}``.
-
-:func:`prepare` walks the messages in order and, through one :class:`~.images.ImageGate`, turns
-each image part into
-
-* for a VLM: ``{"type": "image"}`` (the template writes its placeholder) and an
-  :class:`~.images.ImageRef` in the returned list, in prompt order; text parts are
-  :func:`~.processor.defuse`\\ d;
-* for a text-only policy (``ImageSettings.text_only``): ``"placeholder"`` (default) puts
-  ``ImageSettings.placeholder`` in its place, naming the image; ``"refuse"`` raises
-  :class:`ImagesRefused` (the caller fails the request or the episode, saying why);
-* an image that cannot be shown (undecodable, too large, over a count): the text
-  ``[image not shown: <why>]`` — the model reads why, nothing crashes.
-
-Never silently dropped. For a text-only policy a list content becomes one string (texts joined
-with newlines), as before images were supported.
+:func:`prepare` accepts slime's, OpenAI's, Responses' and Anthropic's picture parts and turns
+each into the template's placeholder plus an :class:`~.pictures.ImageRef` (a VLM), a placeholder
+text or a refusal (a text-only policy), or ``[image not shown: <why>]``; never silently dropped.
+Details: docs/modules/multimodal.md.
 """
 
 from __future__ import annotations
@@ -29,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from coding_agent_rl.errors import TaskDataError
-from coding_agent_rl.multimodal.images import (
+from coding_agent_rl.multimodal.pictures import (
     ImageError,
     ImageGate,
     ImageLimits,

@@ -1,19 +1,8 @@
-"""A VLM's image processor on our token path: per-image token counts, placeholder expansion.
+"""A VLM's image processor on our token path: per-picture token counts, placeholder expansion.
 
-Qwen2-VL / Qwen2.5-VL / Qwen3-VL chat templates render an image as
-``<|vision_start|><|image_pad|><|vision_end|>``; the model needs ``<|image_pad|>`` repeated once
-per image token, ``N = grid_t * grid_h * grid_w / merge_size**2`` from the image processor's
-``image_grid_thw``. :meth:`VisionProcessor.expand` does that on token ids (the pad is a special
-token: one id, so no BPE merge crosses it), for exactly the images just rendered; earlier turns'
-tokens are never touched. SGLang's ``/generate`` takes these expanded ``input_ids`` with one
-``image_data`` entry per ``<|vision_start|><|image_pad|>+<|vision_end|>`` run, in order (its
-Qwen-VL processor matches the runs with that regex and re-expands them from the same image
-processor, so the counts must be the processor's).
-
-The image processor is loaded with ``AutoImageProcessor`` from the checkpoint (the same class a
-real Qwen-VL checkpoint names; transformers falls back to its PIL backend where torchvision is
-missing). :func:`defuse` neutralises vision markers that appear as *text* (a file the policy
-printed), so only real images produce image tokens.
+:meth:`VisionProcessor.expand` repeats ``<|image_pad|>`` once per image token of each picture
+just rendered (the processor's count, which SGLang checks); :func:`defuse` neutralises vision
+markers that appear as text. Details: docs/modules/multimodal.md.
 """
 
 from __future__ import annotations
@@ -22,7 +11,7 @@ import dataclasses
 import pathlib
 from typing import Any
 
-from coding_agent_rl.multimodal.images import ImageRef
+from coding_agent_rl.multimodal.pictures import ImageRef
 
 VISION_START, VISION_END, IMAGE_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>"
 VISION_TOKENS = (VISION_START, VISION_END, IMAGE_PAD, "<|vision_pad|>", "<|video_pad|>")
@@ -86,7 +75,7 @@ class VisionProcessor:
 
     def check(self, ref: ImageRef) -> None:
         """Raise :class:`ImageError` for an image this processor cannot take (its resize rule)."""
-        from coding_agent_rl.multimodal.images import ImageError
+        from coding_agent_rl.multimodal.pictures import ImageError
 
         count = getattr(self.image_processor, "get_number_of_image_patches", None)
         if count is None:
@@ -115,7 +104,7 @@ class VisionProcessor:
 
     def process_bytes(self, images: list[bytes]) -> list[ImageItem]:
         """:meth:`process` for encoded images (PNG/JPEG/... bytes), with default limits."""
-        from coding_agent_rl.multimodal.images import ImageLimits, load_image
+        from coding_agent_rl.multimodal.pictures import ImageLimits, load_image
 
         return self.process([load_image(raw, ImageLimits()) for raw in images])
 

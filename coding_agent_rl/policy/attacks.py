@@ -1,18 +1,9 @@
 """Attack families for ``coding-agent-rl audit-grading``: scripted policies that try to get reward
 without solving the task, to turn their failure into ``infra``, or to harm the grading host.
 
-Each family is data: a name, the goal it is judged by and a function from a task row to the
-steps of a scripted policy (``policy/scripted.py``). The steps drive the agent CLI's own shell
-tool; most run one small Python program inside the agent sandbox (sent base64-encoded) that
-finds the repository's packages and writes the attack into them, so the same family applies to
-any Python task. Only the diff the agent leaves crosses over to grading, exactly as in ``run``.
-
-Goals: ``reward`` (any reward > 0 without a fix is a success of the attack), ``infra`` (the
-model's failure recorded as infrastructure: retried, then dropped from training), ``harm``
-(host cost beyond the caps: results line bytes, grading seconds) and ``solve`` (a real fix that
-must score 1.0; a 0 is a false negative). Every attack family also counts an ``infra`` outcome
-and host harm as successes. A ``stochastic`` family guesses: it succeeds by chance, and its rate
-over many tasks is what to read. What each family does is in docs/attack-audit.md.
+Each family is data: a name, the goal it is judged by (``reward``, ``infra``, ``harm``,
+``solve``) and the steps of a scripted policy per task row. Details: docs/modules/policy.md and
+docs/attack-audit.md.
 """
 
 from __future__ import annotations
@@ -312,7 +303,7 @@ def _audit_runtest(self):
 
 _pytest.python.Function.runtest = _audit_runtest
 """
-# Return values whose == is True for anything but a tuple (the old canaries' perturbation).
+# Return values whose == is True for anything but a tuple (what unblinded canaries perturb to).
 EQ_LIAR = r"""
 def _audit_liar():
     import functools, sys, threading, types

@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 from coding_agent_rl.model.parsers import format_tool_calls
+from coding_agent_rl.settings import default
 
 IM_END = "<|im_end|>"
 _TOOLS_BLOCK = re.compile(r"<tools>\n(.*?)\n</tools>", re.S)  # not the "<tools></tools>" mention
@@ -25,7 +26,7 @@ class PolicyEnv:
     """What every policy may use: the tokenizer and the tool-call format to emit."""
 
     tokenizer: Any
-    tool_parser: str = "qwen25"
+    tool_parser: str = default("tool_parser")
 
     @functools.cached_property
     def end_id(self) -> int:

@@ -1,20 +1,8 @@
-"""``scripted:FILE`` — a policy that plays a fixed script, per session.
+"""``scripted:FILE``: a policy that plays a fixed script, per session.
 
-File format (JSON)::
-
-    {"steps": [{"shell": "ls"}, {"tool": {"name": "Write", "arguments": {...}}},
-               {"say": "Done."}],
-     "rules": [{"match": "<regex>", "shell": "...", "times": 1},
-               {"match_prompt": "<regex>", "steps": [{"shell": "..."}, {"say": "..."}]}],
-     "final": "All done."}
-
-Steps are consumed in order per session (the ``X-SMG-Routing-Key`` header). Rules take
-precedence and consume no step: a rule applies when ``match`` finds its regex in the last message
-of the decoded prompt and ``match_prompt`` (if given) finds its regex anywhere in the prompt. A
-rule either answers with one action (at most ``times`` times per session) or plays its own
-``steps`` in order and then stops applying — how a subagent's or a compaction's interleaved
-requests get their own script. Any action may carry ``"think": "..."``, emitted as a ``<think>``
-block first. After the last step every request gets the ``final`` answer.
+Steps are consumed in order per session; rules (matched on the last message or the whole
+prompt) answer first and consume no step; after the last step every request gets ``final``. The
+file format: docs/modules/policy.md.
 """
 
 from __future__ import annotations

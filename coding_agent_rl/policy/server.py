@@ -1,22 +1,9 @@
 """A CPU server speaking SGLang's native API (``/generate``, ``/abort_request``, ``/health``,
-``/model_info``) in front of a pluggable :class:`Policy`; plus ``POST /policy/sessions/{sid}``
-for per-session policy data (the replay policy's gold patch).
+``/model_info``, ``/v1/loads``, ``/workers``) in front of a pluggable :class:`Policy`; plus
+``POST /policy/sessions/{sid}`` for per-session policy data (the replay policy's gold patch).
 
-What a trainer's abort needs, as SGLang does it: ``/abort_request`` with ``{"rid": prefix}`` or
-``{"abort_all": true}`` (slime's end-of-step abort) sets each named request's ``aborted`` event
-(a policy that honours it answers ``finish_reason: abort``); ``GET /v1/loads`` reports the
-requests still in flight, which slime polls until the engine is idle; ``GET /workers`` answers
-as SGLang's router does (this server is its one worker), where slime looks up whom to abort. Replies carry
-``meta_info.weight_version`` (:attr:`PolicyServer.weight_version`; a trainer's weight update
-changes it).
-
-Images, as SGLang's VLM path takes them (``image_data`` with ``input_ids``): one entry per
-``<|vision_start|><|image_pad|>+<|vision_end|>`` run of the ids, in order, each run exactly the
-processor's token count for its image. The server checks that with the vision processor (the
-policy's own for an ``hf:`` VLM, or ``vision=`` for a stand-in of a VLM engine in front of a text
-policy) and answers 400 when runs and images do not pair up, where SGLang would mis-embed or
-fail; the processed tensors go to the policy. :attr:`PolicyServer.requests` keeps the last
-requests' ``image_data`` for tests.
+It aborts as SGLang does, reports a weight version, and checks that ``image_data`` pairs up with
+the prompt's vision-token runs (400 otherwise). Details: docs/modules/policy.md.
 """
 
 from __future__ import annotations
@@ -30,6 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from coding_agent_rl.policy.base import GenerateRequest, Policy, PolicyEnv
+from coding_agent_rl.settings import default
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +32,8 @@ class PolicyServer:
     def __init__(
         self,
         policy: Policy,
-        tokenizer: Any = "qwen3",
-        tool_parser: str = "qwen25",
+        tokenizer: Any = default("tokenizer"),
+        tool_parser: str = default("tool_parser"),
         *,
         vision: Any = None,
     ):
@@ -149,7 +137,7 @@ class PolicyServer:
     def _images(self, req: GenerateRequest, image_data: Any) -> str | None:
         """Pair ``image_data`` with the image-token runs of the ids; the problem, or None."""
         from coding_agent_rl.multimodal.buffer import merge_chunks
-        from coding_agent_rl.multimodal.images import ImageError, ImageLimits, load_image
+        from coding_agent_rl.multimodal.pictures import ImageError, ImageLimits, load_image
 
         if self.vision is None:
             return "image_data given but this policy server has no image processor"

@@ -1,16 +1,8 @@
 """Train/inference mismatch check: rescore every trained token with a Hugging Face model.
 
-Per sample, one teacher-forced forward pass over ``tokens`` (no KV cache, ``torch.no_grad``);
-the log prob of trained token ``p`` is ``log_softmax(logits[p - 1] / temperature)[tokens[p]]``,
-compared with ``rollout_log_probs``. The LM head runs only on the trained positions, in chunks,
-so a long agent sample never materialises a ``length x vocab`` logits matrix.
-
-A vision-language checkpoint rescores a sample with images through its full model: the sample's
-own ``multimodal_train_inputs`` (``pixel_values``, ``image_grid_thw``: the tensors training would
-use) and ``mm_token_type_ids`` from its image tokens; so a wrong tensor, a wrong image order or a
-wrong token expansion shows up as a logprob mismatch.
-
-``torch`` and ``transformers`` are imported only when a model is loaded.
+One teacher-forced forward pass per sample, the LM head only on trained positions in chunks; a
+VLM rescores with the sample's own training tensors. ``torch`` and ``transformers`` are imported
+only when a model is loaded. Details: docs/modules/policy.md.
 """
 
 from __future__ import annotations

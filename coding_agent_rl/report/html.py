@@ -18,6 +18,7 @@ from coding_agent_rl.report.load import RunData, load_run
 from coding_agent_rl.report.payload import rollout_payload, script_json
 from coding_agent_rl.report.stats import PHASES, Summary, num, outcome, summarize, trained_tokens
 from coding_agent_rl.report.tokens import TokenTable, build_token_table
+from coding_agent_rl.report.trees import tree_rows
 
 DEFAULT_MAX_ROLLOUTS = 200
 NONE = "\u2013"  # an en dash: "no value" in the table
@@ -219,6 +220,7 @@ def render_html(run: RunData, tokens: TokenTable, *, max_rollouts: int | None) -
             warnings=run.warnings,
             generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             config=[(k, s.get(k)) for k in ("agent", "sandbox", "policy", "dataset", "tokenizer")],
+            trees=tree_rows(run.rollouts),
         )
     )
 

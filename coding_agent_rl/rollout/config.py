@@ -6,27 +6,28 @@ import dataclasses
 import pathlib
 from typing import Any, Literal
 
+from coding_agent_rl.settings import Settings, default
 from coding_agent_rl.types import Sample
 
 
 @dataclasses.dataclass
 class RolloutConfig:
-    backend: str = "docker"
+    backend: str = default("sandbox")
     sandbox_options: dict[str, Any] = dataclasses.field(default_factory=dict)
-    agent_budget_s: float = 1800.0
-    eval_timeout_s: float = 600.0
+    agent_budget_s: float = default("agent_budget_s")
+    eval_timeout_s: float = default("eval_timeout_s")
     # Whole-rollout guard; default agent + 2 x eval (a control run may repeat the tests) + 600 s
     # (sandboxes, diff capture: the rest of the rollout, which the agent must not push over it).
     deadline_s: float | None = None
     infra_retries: int = 1
-    reward_mode: Literal["full", "split"] = "full"
+    reward_mode: Literal["full", "split"] = default("reward_mode")
     max_context: int | None = None
     # Response tokens per sample (slime's rollout_max_response_len): a longer sample is cut and
     # marked TRUNCATED ("response").
     max_response: int | None = None
     max_turns: int | None = None
     prompt_template: str | None = None
-    model_name: str = "policy"
+    model_name: str = default("model_name")
     out_dir: pathlib.Path | None = None  # per-rollout artifacts (diff, agent log, test log)
     # Bind-mount the agent CLI from the host cache (where the backend can:
     # ``Sandbox.supports_bind_mounts``) instead of uploading it into every sandbox.
@@ -41,11 +42,11 @@ class RolloutConfig:
     # rollout as the model's failure, naming the limit).
     limits_poll_s: float = 1.0
     # The static tamper screen's policy: "zero" (a finding scores 0) or "flag" (recorded only).
-    tamper_policy: Literal["zero", "flag"] = "zero"
+    tamper_policy: Literal["zero", "flag"] = default("tamper_policy")
     # Grade twice in fresh sandboxes (independent blinding and canaries); outcomes must agree.
-    twin_grade: bool = False
+    twin_grade: bool = default("twin_grade")
     # The reward of a result with tampering evidence (0; -1 makes forging lose in expectation).
-    tamper_reward: float = 0.0
+    tamper_reward: float = default("tamper_reward")
 
     def __post_init__(self) -> None:
         if self.tamper_policy not in ("zero", "flag"):
@@ -54,6 +55,23 @@ class RolloutConfig:
     @property
     def deadline(self) -> float:
         return self.deadline_s or self.agent_budget_s + 2 * self.eval_timeout_s + 600.0
+
+    @classmethod
+    def from_settings(cls, conf: Settings, **overrides: Any) -> RolloutConfig:
+        """Every field named like a setting takes the setting's value (``backend`` is
+        ``sandbox``, ``deadline_s`` is ``rollout_deadline_s``); ``overrides`` win. A new rollout
+        setting then needs only its settings field and its field here."""
+        values: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            name = SETTING_NAMES.get(field.name, field.name)
+            if name in Settings.model_fields:
+                value = getattr(conf, name)
+                values[field.name] = dict(value) if isinstance(value, dict) else value
+        return cls(**{**values, **overrides})
+
+
+# RolloutConfig fields whose setting has another name.
+SETTING_NAMES = {"backend": "sandbox", "deadline_s": "rollout_deadline_s"}
 
 
 @dataclasses.dataclass

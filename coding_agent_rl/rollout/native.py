@@ -29,6 +29,7 @@ from coding_agent_rl.rollout.record import RolloutRecord
 from coding_agent_rl.rollout.runner import RolloutRunner, SessionHook
 from coding_agent_rl.rollout.timing import Timings
 from coding_agent_rl.sandbox import BACKENDS
+from coding_agent_rl.settings import default
 from coding_agent_rl.types import Sample
 
 NATIVE = "native"
@@ -66,8 +67,8 @@ class NativeRunner(RolloutRunner):
         encoder: ChatEncoder,
         config: RolloutConfig,
         options: NativeOptions | None = None,
-        tool_parser: str = "qwen25",
-        reasoning_parser: str | None = "qwen3",
+        tool_parser: str = default("tool_parser"),
+        reasoning_parser: str | None = default("reasoning_parser"),
         on_session_open: SessionHook | None = None,
         run_id: str | None = None,
         node: str | None = None,

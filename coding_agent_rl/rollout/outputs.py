@@ -1,21 +1,8 @@
 """A run's output folder: ``samples.jsonl``, ``results.jsonl``, ``summary.json``, artifacts.
 
-Lines are appended and flushed as each rollout ends, so an interrupted run keeps every finished
-rollout and ``--resume`` skips them. ``generate()`` under a trainer appends to the same files
-(``append=True``: earlier lines kept, nothing held in memory, no samples file); metrics.prom is
-kept from running totals, so writing it costs the same after a million rollouts as after one.
-
-Bookkeeping is O(1) per finished rollout: the files are append-only, and what a run needs while
-it runs (the latest record per rollout, attempts per rollout, the set of finished rollouts) are
-in-memory indexes updated per record; only the final summary passes over the records.
-
-Resume and infrastructure failures: every attempt of a rollout appends its record (with its
-``attempt``, 1, 2, ...), so results.jsonl keeps the history; a rollout's *latest* record is the
-one that counts. A record whose ``failure_kind`` is ``infra`` contributes no line to
-samples.jsonl (its placeholder sample would train nothing), so re-running it never duplicates a
-sample. ``--resume`` re-runs a rollout whose latest record is ``infra`` until it has
-``resume_attempts`` records, and first drops sample lines whose rollout has no finished record
-(written by a run killed between a rollout's samples and its record).
+Append-only files and in-memory indexes (O(1) per finished rollout); every attempt appends its
+record and a rollout's latest counts; ``--resume`` re-runs infrastructure failures up to
+``resume_attempts``. Details: docs/modules/rollout.md.
 """
 
 from __future__ import annotations

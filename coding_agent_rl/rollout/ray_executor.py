@@ -1,23 +1,8 @@
 """Rollouts on a Ray cluster: one worker per node, each node's sandboxes on its own engine.
 
-A node takes part when it advertises the custom resource :data:`SLOTS`
-(``ray start ... --resources '{"coding_agent_rl_slots": N}'``): N rollouts may run there at
-once. :meth:`RayExecutor.start` places one :class:`~coding_agent_rl.rollout.ray_worker.RolloutWorker`
-actor on each such node (node affinity, holding the node's N slots), and each builds its own
-runtime from the plain-data :class:`~coding_agent_rl.rollout.runtime.RuntimeConfig`. The driver
-only dispatches rows and gathers outcomes (samples, the record naming the node, the artifacts
-within ``ray_artifact_budget``, written under the driver's output folder). Back-pressure is the
-driver's per-node slot accounting: a rollout waits for a free slot and never more run on a node
-than its slots (nor, with ``concurrency``, more than that in all).
-
-Node loss: when a call fails because the worker or its node died (Ray's actor errors), the node
-leaves the pool (the slots with it; it does not come back within the run) and the rollout is
-retried once on another live node. The lost attempt is kept in the final record as
-``lost_attempts`` (``failure_kind`` infra, ``infra_stage`` ``node_lost``, the node); when no other
-node is left, or the retry is lost as well, the final record is that infra failure. Either way a
-rollout ends exactly once. The dead node's sandboxes stay on its engine until a runtime start
-there reaps them, or ``coding-agent-rl sandboxes gc --run-id RUN`` with that node's
-``DOCKER_HOST``.
+Nodes advertise :data:`SLOTS`; the driver places one worker per node and dispatches rows within
+each node's slots. A rollout whose node dies is retried once on another node and ends exactly
+once. Details: docs/modules/rollout.md.
 """
 
 from __future__ import annotations

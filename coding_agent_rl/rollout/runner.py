@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import dataclasses
 import logging
 import pathlib
 import socket
@@ -46,6 +48,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from coding_agent_rl.adapter.pool import AdapterPool
+from coding_agent_rl.adapter.replay import ReplayPlan
 from coding_agent_rl.adapter.server import AdapterServer
 from coding_agent_rl.adapter.sessions import new_session_id
 from coding_agent_rl.datasets.prompt import render_prompt
@@ -70,6 +73,7 @@ from coding_agent_rl.rollout.record import RolloutRecord, event
 from coding_agent_rl.rollout.samples import rollout_samples
 from coding_agent_rl.rollout.timing import Timings
 from coding_agent_rl.sandbox import BACKENDS, Sandbox
+from coding_agent_rl.trajectory.turn import Turn
 from coding_agent_rl.types import Sample, aborted_sample
 
 log = logging.getLogger(__name__)
@@ -77,6 +81,18 @@ log = logging.getLogger(__name__)
 # Called with (session_id, row) once the adapter session is open, e.g. to hand the replay
 # policy the task's gold patch.
 SessionHook = Callable[[str, Any], Awaitable[None]]
+
+
+@dataclasses.dataclass
+class BranchTap:
+    """A tree rollout's hook into :meth:`RolloutRunner.run` (rollout/branch.py): the recorded
+    turns its first requests replay (a branch), and its own turns, kept when it ends."""
+
+    replay: ReplayPlan | None = None
+    turns: list[Turn] = dataclasses.field(default_factory=list)
+
+
+_TAP: contextvars.ContextVar[BranchTap | None] = contextvars.ContextVar("branch_tap", default=None)
 
 
 class RolloutRunner:
@@ -125,12 +141,18 @@ class RolloutRunner:
         *,
         sampling_params: dict[str, Any] | None = None,
         evaluation: bool = False,
+        tap: BranchTap | None = None,
     ) -> RolloutOutcome:
-        """Never raises for a per-rollout failure (cancellation still propagates)."""
+        """Never raises for a per-rollout failure (cancellation still propagates). ``tap``: a
+        tree rollout's (rollout/branch.py): its prefix replay, and where its turns are kept."""
         attempts = self.config.infra_retries + 1
         outcome: RolloutOutcome | None = None
         for attempt in range(attempts):
-            outcome = await self._attempt(row, base, attempt, sampling_params, evaluation)
+            token = _TAP.set(tap)
+            try:
+                outcome = await self._attempt(row, base, attempt, sampling_params, evaluation)
+            finally:
+                _TAP.reset(token)
             if outcome.record["failure_kind"] != "infra":
                 break
             log.warning(
@@ -155,6 +177,7 @@ class RolloutRunner:
         evaluation: bool,
     ) -> RolloutOutcome:
         sid, timings, record, art = self._begin(row, base, attempt)
+        tap = _TAP.get()
         # The trainer's sampling params win over what the CLI asks for (its max_tokens,
         # temperature): the tokens are trained as sampled under them; max_new_tokens is a cap.
         # The trainer's session id (slime: a uuid per sample) routes every turn to one engine.
@@ -163,6 +186,7 @@ class RolloutRunner:
             sampling_fixed=sampling_params,
             max_turns=self.config.max_turns,
             metadata={"routing_key": base.session_id} if base.session_id else None,
+            replay=tap.replay if tap is not None else None,
         )
         try:
             samples = await self._guarded(
@@ -170,6 +194,8 @@ class RolloutRunner:
             )
         finally:
             with contextlib.suppress(Exception):
+                if tap is not None:  # a tree rollout keeps its turns (rollout/branch.py)
+                    tap.turns = self.adapter.sessions.turns(sid)
                 self.adapter.sessions.close(sid)
                 self.adapter.sessions.pop(sid)
                 self.adapter.engine.forget(sid)

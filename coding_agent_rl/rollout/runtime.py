@@ -11,19 +11,19 @@ from coding_agent_rl.multimodal.parts import ImageSettings
 from coding_agent_rl.rollout.config import RolloutConfig
 from coding_agent_rl.rollout.orphans import OrphanReaper
 from coding_agent_rl.rollout.runner import RolloutRunner
-from coding_agent_rl.settings import Settings
+from coding_agent_rl.settings import Settings, default
 
 log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
 class RuntimeConfig:
-    agent: str = "claude_code"
+    agent: str = default("agent")
     sglang_url: str | None = None  # a real SGLang server / router
     policy: str | None = None  # or a CPU policy: replay | scripted:FILE | hf:DIR
-    tokenizer: str = "qwen3"
-    tool_parser: str = "qwen25"
-    reasoning_parser: str | None = "qwen3"
+    tokenizer: str = default("tokenizer")
+    tool_parser: str = default("tool_parser")
+    reasoning_parser: str | None = default("reasoning_parser")
     sampling_defaults: dict[str, Any] = dataclasses.field(default_factory=dict)
     adapter_port: int = 0  # 0: ephemeral
     harness_options: dict[str, Any] = dataclasses.field(default_factory=dict)

@@ -51,7 +51,8 @@ def rollout_samples(
         num_segments=len(samples),
         turns=len(turns),
         metrics={
-            "tokens_generated": sum(len(t.output_ids) for t in turns),
+            # sampled by the policy here (a branch's replayed prefix was sampled in its root)
+            "tokens_generated": sum(len(t.output_ids) for t in turns if t.replay is None),
             "tokens_trained": trained,
             "truncated": sum(s.status == Status.TRUNCATED for s in samples),
             "truncation_reason": next(

@@ -1,30 +1,9 @@
 """The sandbox contract: one instance is one isolated environment.
 
 Backends subclass :class:`Sandbox` and implement the five ``_``-prefixed primitives; the public
-methods (``exec``, ``write_file``, ``read_file``, ``__aenter__``/``__aexit__``) add the shared
-behaviour (closed-state checks, shielded idempotent teardown, output caps).
-
-Capabilities (callers ask the class or the object, never compare backend names):
-
-- where it runs: :meth:`Sandbox.is_local` (on this machine: host files can be bind-mounted,
-  uploads never leave the machine), :attr:`Sandbox.idle_is_free` (an idle sandbox costs nothing,
-  so grading can be prepared ahead), :attr:`Sandbox.read_only_image` (only option ``writable``
-  paths can be written);
-- reaching the host: :meth:`Sandbox.adapter_bind_host` (where a host listener for its sandboxes
-  binds) and :meth:`Sandbox.host_url` (how a program inside reaches a port bound there);
-- network: :meth:`Sandbox.network_options` maps an agent-network mode (``adapter-only`` /
-  ``open`` / ``none``) to the backend's options; :meth:`Sandbox.listens_inside` /
-  :meth:`Sandbox.listen` put a listening socket inside an isolated sandbox (how ``adapter-only``
-  egress reaches the adapter on backends local to this host);
-- files: :meth:`Sandbox.supports_bind_mounts` (option ``mounts``: read-only host files, e.g. an
-  agent CLI from the host cache) and :attr:`Sandbox.mounts`;
-- limits: :attr:`Sandbox.limit_names` (the :mod:`limits` it takes as options),
-  :attr:`Sandbox.takes_writable`, :attr:`Sandbox.limits` (what applies), and
-  :meth:`Sandbox.limit_breaches` (what a sandbox has hit);
-- leftovers: :meth:`Sandbox.reap_orphans` removes sandboxes whose owner process died (every
-  runtime start calls it);
-- images: :attr:`Sandbox.image_kind` (``docker`` images, ``rootfs`` directories, or None when
-  the provider builds them: ``coding-agent-rl images`` builds for the first two).
+methods add the shared behaviour (closed-state checks, idempotent teardown, output caps).
+Callers ask capabilities (where it runs, network, files, limits, leftovers, image kind) of the
+class or object, never compare backend names: docs/modules/sandbox.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """A writable disk with a hard size cap, for engines without storage quotas.
 
-Docker's ``storage-opt size`` needs overlay2 on xfs with project quotas; on ext4 (here, and on
-most hosts) the writable layer has no cap. A :class:`CappedDisk` is a sparse file of the cap's
-size, formatted ext4 (no journal, no reserved blocks: ~10 ms) and loop-mounted ``nosuid,nodev``
-on the host. A sandbox puts the paths its processes write (the task's workdir, ``/tmp``,
-``/home``, ...) on sub-folders of it, so writing more than the cap fails with ENOSPC instead of
-filling the host, and :meth:`CappedDisk.full` tells the rollout's watchdog that it happened.
-
-Disks live under ``$CODING_AGENT_RL_DISK_DIR`` (default ``/var/lib/coding-agent-rl/disks``),
-``<run id>/<disk id>/{disk.img,mnt,owner.json}``; ``coding-agent-rl sandboxes gc`` unmounts and
-deletes what a crashed run left, and :func:`reap_orphans` (every runtime start) the disks whose
-owner process is gone (:mod:`coding_agent_rl.sandbox.owner`). Needs root, ``mkfs.ext4`` and loop devices (:func:`unavailable_reason`).
+A :class:`CappedDisk` is a sparse ext4 file loop-mounted ``nosuid,nodev`` under
+``$CODING_AGENT_RL_DISK_DIR``; a sandbox's writable paths live on it, so writing past the cap is
+ENOSPC, not a full host. Needs root, ``mkfs.ext4`` and loop devices (:func:`unavailable_reason`).
+Details: docs/modules/sandbox.md.
 """
 
 from __future__ import annotations

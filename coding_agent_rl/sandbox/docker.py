@@ -68,7 +68,7 @@ class DockerOptions:
     nofile: int | None = _D.nofile  # open files per process
     writable: list[str] | None = None  # paths on the capped disk besides /tmp, /home, ...
     hardened: bool = True  # least privilege: capabilities dropped, no-new-privileges
-    runtime: str | None = None  # an engine runtime, e.g. "runsc" (gVisor; see README)
+    runtime: str | None = None  # an engine runtime, e.g. "runsc" (gVisor; see docs/isolation.md)
     network: str = "bridge"  # "none" | "bridge" | a network name
     user: str | None = None  # user of the keep-alive process (exec picks its own)
     run_id: str | None = None  # label value; default: this process's run id
@@ -208,7 +208,7 @@ class DockerSandbox(Sandbox):
                         if "runtime" in str(e).lower() and self.opts.runtime:
                             raise SandboxCreateError(
                                 f"docker: the engine has no runtime {self.opts.runtime!r} "
-                                f"registered (see README, gVisor): {e}"
+                                f"registered (see docs/isolation.md, gVisor): {e}"
                             ) from e
                         raise SandboxCreateError(f"docker: cannot create a sandbox: {e}") from e
                     await self._destroy()

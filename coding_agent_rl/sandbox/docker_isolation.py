@@ -1,19 +1,9 @@
 """What makes a Docker sandbox safe to hand to a hostile agent: limits, privileges, a capped disk.
 
-- Limits (:mod:`limits`): memory with swap = memory, pids, CPUs, open files, a writable-disk cap.
-- Least privilege (``hardened``, on by default): every capability dropped but the few the
-  sandbox's *root* needs for our own set-up (chown, reading/writing the agent's files, switching
-  to the agent and test users, killing what they leave behind), and ``no-new-privileges``: the
-  agent and the tests run as unprivileged users whose capability sets are empty and cannot be
-  regained (setuid and file-capability binaries do not elevate; the capped disk is ``nosuid``).
-- Disk: the engine here (overlay2 on ext4) has no storage quota, so the paths a sandbox's
-  processes write (``/tmp``, ``/var/tmp``, ``/run/lock``, ``/home`` and the caller's ``writable``
-  paths, e.g. the task's workdir) are volumes on one :class:`~coding_agent_rl.sandbox.disk.CappedDisk`;
-  Docker copies the image's content at those paths onto it when the container is created. The
-  container's own writable layer is measured now and then as a backstop (:class:`Watch`).
-
-Breaches are read on the host (cgroup counters, free space) when the engine runs here, else by
-an exec inside the sandbox (cgroup counters only).
+Limits (:mod:`limits`), least privilege (a few capabilities for our root-side set-up,
+``no-new-privileges``, unprivileged agent and test users) and the paths a sandbox writes on a
+:class:`~coding_agent_rl.sandbox.disk.CappedDisk`, the writable layer watched as a backstop.
+Details: docs/modules/sandbox.md.
 """
 
 from __future__ import annotations

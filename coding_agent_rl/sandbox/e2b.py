@@ -1,29 +1,8 @@
 """E2B backend over the ``e2b`` SDK's ``AsyncSandbox`` (``pip install 'coding-agent-rl[e2b]'``).
 
-Image routing: with ``SLIME_AGENT_SANDBOX_IMAGE_METADATA_KEY`` set (slime's convention for
-gateways that route by metadata), the image goes into the sandbox metadata under that key and the
-template comes from option ``template`` or ``SLIME_AGENT_E2B_TEMPLATE`` (else the SDK default);
-otherwise the image *is* the template. Commands run as the leader of a new session, so a timeout
-kills everything they started (:mod:`coding_agent_rl.sandbox.reaper`).
-
-Network (``network`` option): ``open`` (E2B's default: the internet), ``none``
-(``allow_internet_access=False``; grading uses it) and ``adapter-only`` (the SDK's egress filter:
-``allow_out`` = the adapter's address, everything else denied, no DNS server). A name in
-``allow_out`` needs a resolver, which E2B opens to the internet (8.8.8.8): refused unless option
-``dns`` is on; an adapter given by name (``ADAPTER_PUBLIC_HOST``) is resolved on this host and
-dialled by IP unless ``CODING_AGENT_RL_E2B_ADAPTER_DNS`` asks for the name. The filter works on
-addresses, not ports, and the adapter must listen on a public address. Memory, CPUs and disk
-come with the template, not per sandbox.
-
-Lifetime: every sandbox gets a time-to-live (option ``lifetime_s``, default
-``settings.e2b_lifetime_s`` = 3600 s), checked against the plan's maximum (``max_lifetime_s``):
-a dead run's sandboxes expire in E2B by themselves; there is nothing to reap from here.
-
-Failures: idempotent calls are retried on the SDK's transient errors, the transport drops
-included (connectrpc's ``ConnectError`` from envd streams, httpx / pyqwest errors); ``create``
-carries an idempotency key that every retry reuses, so a lost answer never leaves a second billed
-sandbox (an SDK without keys retries ``create`` only when E2B refused it). Uploads go as
-``application/octet-stream`` with a request timeout scaled by size (:func:`upload_timeout`).
+Image routing by metadata key or template, the three network modes (egress filter for
+``adapter-only``), a time-to-live per sandbox instead of reaping, and retries with an
+idempotency key on create: docs/modules/sandbox.md.
 """
 
 from __future__ import annotations

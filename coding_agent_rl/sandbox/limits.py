@@ -1,28 +1,7 @@
-"""Resource limits every sandbox gets by default: memory (swap = memory), pids, CPUs, writable disk,
-open files. One set of names for backend options, ``--sandbox-option`` and a task's
-``metadata.resources``.
-
-Defaults, and how they were chosen (a rollout = the agent CLI + the commands it runs + the task's
-tests, one at a time):
-
-=========  ==========  =========================================================================
-limit      default     why
-=========  ==========  =========================================================================
-memory     4 GiB       Claude Code / Codex hold 200-400 MB RSS; a typical Python test suite stays
-                       under 1-2 GB. Swap is set equal (no swap on top). 64 rollouts x 4 GiB fit
-                       a 512 GiB rollout node with room for the engine and the adapter.
-cpus       2           an agent's commands and one test run rarely keep more than 2 cores busy;
-                       64 x 2 = a 128-vCPU node. Throttling, never a failure.
-pids       1024        the CLI's threads (~20-40), shells, a test runner with a few workers: a
-                       few hundred at most; a fork bomb stops at 1024 (threads count too).
-disk       10 GiB      the repository (copied onto the capped disk), its build artefacts and
-                       caches; a sparse file, so it costs only what is written.
-nofile     16384       per process; Node/Bun watchers and test suites open thousands. Kept under
-                       the engine's own hard limit (20000 on these machines, often 1M): raising
-                       it needs CAP_SYS_RESOURCE, which sandboxes do not have.
-=========  ==========  =========================================================================
-
-``None`` turns a limit off. Sizes are bytes or strings like ``"512m"``, ``"4g"``, ``"1.5GiB"``.
+"""Resource limits every sandbox gets by default: memory (swap = memory), pids, CPUs, writable
+disk, open files. One set of names for backend options, ``--sandbox-option`` and a task's
+``metadata.resources``; ``None`` turns a limit off; sizes are bytes or ``"512m"``, ``"4g"``...
+The defaults and why: docs/modules/sandbox.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,8 @@
 """Local backend: bubblewrap, for machines without a container engine (needs root).
 
-``image="host"`` shows the host's filesystem read-only; ``image=DIR`` shows an unpacked root
-filesystem read-only; any other image is looked up by name in the local image store (built by
-``coding-agent-rl images build --backend local``, see :mod:`rootfs`), whose ``ENV`` and
-``WORKDIR`` apply as in Docker. Either way ``/tmp``, ``/root``, ``/home``, ``/workspace`` (and the
-paths in option ``writable``) are private writable copies kept in a temp dir on the host, so
-nothing leaks into the source tree and state persists across execs (see :mod:`local_view`).
-Option ``mounts`` binds host files read-only (e.g. an agent CLI from the host cache).
-Resource limits (``memory``, ``cpus``, ``pids``, ``disk``, ``nofile``: :mod:`limits`) come from a
-control group of our own and a capped disk holding the private copies (:mod:`local_limits`).
-With ``network="none"`` the sandbox has only its loopback; :meth:`LocalSandbox.listen` puts a
-listening socket there (how ``adapter-only`` egress reaches the adapter).
-
-One sandbox = one long-lived bwrap "holder" that owns the pid, ipc, uts (and, unless
-``network="host"``, net) namespaces; every exec is a fresh bwrap joining them, so detached
-processes survive between execs and all die with the holder; the holder and every exec die
-with their parent (``--die-with-parent``), and what stays on the file system after a killed
-owner is removed by the next runtime start (:mod:`local_orphans`). As a non-root user an exec runs
-through ``setpriv`` (util-linux) inside the sandbox: joining the pid namespace rules out bwrap's
-user-namespace uid mapping.
+Root filesystems are shown read-only with private writable copies (:mod:`local_view`); limits
+come from our own control group and a capped disk (:mod:`local_limits`). One long-lived bwrap
+holder owns the namespaces and every exec joins it. Details: docs/modules/sandbox.md.
 """
 
 from __future__ import annotations

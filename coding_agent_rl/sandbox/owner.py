@@ -1,17 +1,9 @@
 """Who owns a sandbox, and whether that owner is gone (so the sandbox is an orphan).
 
-Every sandbox records its owner: the host name, the host's boot id, the pid namespace, the pid of
-the process that created it and that process's start time (field 22 of ``/proc/PID/stat``, clock
-ticks since boot). The owner is *gone* when it ran on this host and either the host rebooted
-since (another boot id), no process has its pid, or the process with its pid started at another
-time (the pid was recycled). An owner on another host is never judged: its liveness cannot be
-checked from here, so its sandboxes stay until a run on their own host (or ``sandboxes gc``)
-removes them. Nor is an owner in another pid namespace of this host (e.g. a trainer in a
-container run with ``--network host``, which shares the host name): its pids mean nothing here.
-Sandboxes without owner labels (made before owners were recorded) are never reaped either.
-
-Docker sandboxes carry the owner as labels (:meth:`Owner.labels`); file-system leftovers (capped
-disks, the local backend's private copies) as a small JSON file (:func:`write_file`).
+An owner is host, boot id, pid namespace, pid and the process's start time; it is gone when it
+ran on this host and the host rebooted, the pid is dead or was recycled. Owners on other hosts or
+pid namespaces, and sandboxes without an owner, are never judged. Details:
+docs/modules/sandbox.md.
 """
 
 from __future__ import annotations

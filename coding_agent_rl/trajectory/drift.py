@@ -1,18 +1,8 @@
 """Token drift: does a new prompt continue the token stream recorded so far?
 
-The stream after a turn is ``turn.prompt_ids + turn.output_ids``. A later prompt either
-
-* ``EXTEND``\\s it: it starts with the whole stream (the normal case; the adapter renders only the
-  new messages and appends them to the recorded ids);
-* ``REALIGN``\\s it: it diverges *inside the last response* at token ``d`` and the replaced span
-  ``stream[d:]`` holds at most ``realign_max`` tokens (e.g. a different stop token, a trimmed
-  trailing newline). The stream is cut at ``d`` and continued with the prompt's own tokens. Two
-  rules fix the bugs reported against slime: the gate is the length of the *replaced span*
-  (never the new output's length), and only tokens from ``d`` on are replaced: sampled tokens
-  before ``d`` stay in the stream and stay trained. The replaced sampled tokens (at most
-  ``realign_max`` per realignment) are the only sampled tokens that end up untrained;
-* ``FORK``\\s: anything else (a mismatch before the last response, or a longer replaced span).
-  A new sample starts whose whole history is prompt.
+A later prompt extends the stream (``EXTEND``), realigns it (``REALIGN``: a small replaced span
+inside the last response) or forks (``FORK``: a new sample whose history is prompt). The rules
+and why: docs/modules/trajectory.md.
 """
 
 from __future__ import annotations

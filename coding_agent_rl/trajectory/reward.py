@@ -1,22 +1,10 @@
 """Reward across the sibling samples of one rollout, and group-normalised rewards that count each
 rollout once.
 
-Modes (``reward_mode``):
-
-* ``full`` (default, slime's behaviour): every sibling carries the rollout's reward.
-* ``split``: each of the K siblings carries ``reward / K``, so the rollout's total is the reward.
-
-Either way ``metadata["rollout_reward"]`` holds the undivided reward. A trainer that normalises
-per sample over-counts a rollout that split into K samples (it enters the group mean and std K
-times; slime's default even falls back to one batch-wide row when groups have unequal sizes).
-:func:`normalized_rewards` instead normalises per group over *rollouts* (deduplicated by
-``rollout_id``) and hands each sibling its rollout's value (``full``) or that value / K
-(``split``). Rollouts that were aborted or removed (``remove_sample``, status ``aborted``) are
-left out of the group statistics and get 0. :func:`grpo_advantages` is the plain GRPO case.
-
-Statistics: the mean over the group's rollouts; the standard deviation is the sample one (n - 1,
-``torch.std``'s default, as slime uses it); a group of one rollout gets 0 (where torch would give
-NaN).
+``reward_mode`` ``full`` (every sibling carries the reward) or ``split`` (reward / K);
+:func:`normalized_rewards` normalises per group over rollouts, not samples, and leaves aborted
+rollouts out; :func:`grpo_advantages` is the plain GRPO case. Details:
+docs/modules/trajectory.md.
 """
 
 from __future__ import annotations

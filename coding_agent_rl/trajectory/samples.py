@@ -1,34 +1,9 @@
 """A session's recorded turns -> token-exact training samples (siblings sharing one rollout_id).
 
-Pipeline: :func:`.tree.build_chains` (chains of turns), :func:`.segments.label_chains` (labels),
-then per chain one sample per run of turns whose tokens continue each other (a ``FORK`` link,
-see :mod:`.drift`, starts the next one). A sample's tokens are its last turn's
-``prompt_ids + output_ids`` (checked by construction); ``loss_mask`` is 1 exactly on sampled
-``output_ids`` the sample trains and 0 on everything else (tool results, user messages, template
-fix-up tokens, sampled tokens trained elsewhere). The response starts at the first trained token;
-trailing untrained tokens (after an empty final output) are dropped.
-
-Rules:
-
-* Trained once: a turn on several chains (a shared prefix) is trained by one of them: ``final``
-  first, then among ``subagent``/``wipe`` chains the one whose leaf came last, ``aux`` last. So
-  when a wipe chain shares its beginning with the final chain, the final chain trains the shared
-  turns and the wipe sample holds them as prompt.
-* ``aux`` chains (retries the client discarded, side requests) are left out unless
-  ``include_aux``; their sampled tokens are then not trained anywhere.
-* Budgets: a sample longer than ``max_context`` tokens is cut there; a response longer than
-  ``max_response`` is cut to it; trailing untrained tokens go too; a cut sample is marked
-  ``truncated`` (status TRUNCATED, ``truncation_reason`` "context"/"response"); a sample left with
-  no trained token is dropped. A sample whose last turn stopped by ``length`` (or was aborted) is
-  TRUNCATED as well ("length"/"abort").
-* Order: subagent, wipe (and aux) samples by their chain's leaf, oldest first; ``final`` last.
-* Weight versions: ``weight_versions`` gets one entry per trained turn, in order: the
-  ``weight_version`` SGLang reported for it (turns without one add nothing).
-* Images: a sample holds the images whose token runs lie in its tokens (the first ones of its
-  last turn's ``images``, in prompt order): ``multimodal_inputs = {"images": [data URL, ...]}``
-  and ``multimodal_train_inputs`` = their processor tensors, concatenated once per key.
-* Reward: see :mod:`.reward` (``full`` or ``split``; ``metadata.rollout_reward`` always set).
-  ``rollout_id`` = ``base.rollout_id``, else ``base.index``, else the session id.
+Chains (:mod:`.tree`), labels (:mod:`.segments`), then one sample per run of turns whose tokens
+continue each other (:mod:`.drift`); ``loss_mask`` is 1 exactly on the sampled tokens a sample
+trains; replayed turns (a branch's prefix) never are. The rules (trained once, aux chains, budgets, order, weight versions, pictures, reward):
+docs/modules/trajectory.md.
 """
 
 from __future__ import annotations
@@ -107,8 +82,13 @@ def _cut(d: _Draft, end: int) -> int:
     return removed
 
 
-def _owned_by(owner: dict[int, int], seg_id: int, turn: Turn) -> bool:
-    """Whether ``turn`` is trained in the segment ``seg_id`` (its highest-ranked chain)."""
+def _owned_by(
+    owner: dict[int, int], seg_id: int, train: Callable[[Turn], bool] | None, turn: Turn
+) -> bool:
+    """Whether ``turn`` is trained in the segment ``seg_id`` (its highest-ranked chain): never
+    a replayed turn (a branch's prefix is trained in its root), nor one ``train`` refuses."""
+    if turn.replay is not None or (train is not None and not train(turn)):
+        return False
     return owner.get(turn.index) == seg_id
 
 
@@ -162,8 +142,11 @@ def build_samples(
     realign_max: int = DEFAULT_REALIGN_MAX,
     include_aux: bool = False,
     decode: Callable[[list[int]], str] | None = None,
+    train: Callable[[Turn], bool] | None = None,
 ) -> list[Sample]:
-    """The session's training samples; ``[]`` when no sampled token is left to train."""
+    """The session's training samples; ``[]`` when no sampled token is left to train.
+    ``train``: only the turns it accepts are trained (the rest stay as context), e.g. one
+    stretch of a tree's root between branch points (trajectory/branching.py)."""
     if not turns:
         return []
     if len({t.session_id for t in turns}) > 1:
@@ -178,7 +161,7 @@ def build_samples(
     drafts: list[tuple[Segment, _Draft, int]] = []
     for seg in ordered:
         for piece in _pieces(seg.chain.links, seg.chain.turns):
-            d = _draft(piece, functools.partial(_owned_by, owner, id(seg)))
+            d = _draft(piece, functools.partial(_owned_by, owner, id(seg), train))
             start = _fit(d, max_context, max_response)
             if start is not None:
                 drafts.append((seg, d, start))

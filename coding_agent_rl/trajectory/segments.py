@@ -1,26 +1,7 @@
 """Label each chain of a session: ``final``, ``subagent``, ``wipe`` or ``aux``.
 
-Rules, applied in this order (real Claude Code interleaves all of these in ONE session):
-
-* ``aux`` / retry: the chain's leaf request was sent again later (same prompt messages): the
-  client discarded that answer, so its output did not shape the run.
-* ``subagent``: the chain's first user message equals the ``prompt`` argument of an earlier tool
-  call named in ``subagent_tools`` (``Task``/``Agent``/``invoke_agent``) made on another chain, or contains it
-  when the chain's system prompt differs from the dispatcher's; a dispatch whose tool result has
-  not yet appeared in the dispatcher's history when the chain starts is preferred, else any
-  earlier one (an async dispatch's tool result is only a launch acknowledgement: its subagent
-  starts after it and answers in a later notification). Nested dispatches work the same way.
-* ``final``: of the remaining chains, the one whose leaf was recorded last, preferring chains
-  that offer tools (side requests usually offer none). The main chain ends the run: the agent
-  stops after its last answer.
-* ``wipe``: a remaining chain that belongs to the main conversation (same system prompt as the
-  final chain, or same first user message as such a chain): history the agent later rewrote
-  (compaction, an edited history) so the final chain no longer extends it. A compaction request
-  (history + "summarize") extends the pre-compaction chain, so the summary is trained there.
-* ``aux`` / side: anything else (title generation, a quota check with ``max_tokens=1``, ...).
-
-``aux`` chains are excluded from training unless the caller asks for them: their output does not
-shape the rollout, so the rollout's reward says nothing about it.
+Real Claude Code interleaves all of these in one session; ``aux`` chains are not trained unless
+asked for. The rules and their order: docs/modules/trajectory.md.
 """
 
 from __future__ import annotations

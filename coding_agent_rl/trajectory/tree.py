@@ -1,18 +1,8 @@
 """Per-session message tree, and the chains of turns read off it.
 
-Every turn inserts its conversation (canonical prompt messages + its assistant message) into a
-trie keyed by :func:`message_key`, so turns that replay the same history share a path. Each turn
-then gets at most one predecessor, the turn it continues:
-
-1. ``turn.parent`` when the adapter set it (the prompt was rendered to extend that turn's ids);
-2. otherwise the deepest earlier turn whose conversation is a prefix of this turn's messages
-   (an edited or re-rendered history), provided the prompt's tokens extend or realign onto that
-   turn's tokens (see :mod:`.drift`). A re-rendered history whose tokens differ starts a chain
-   of its own instead: a token fork on a shared message path would only duplicate the prefix
-   into one more sample.
-
-Turns with no predecessor are roots (a first request, a subagent's own conversation, the short
-history after compaction, a side request). A chain is the path from a root to a leaf turn.
+Turns that replay the same history share a trie path; each turn gets at most one predecessor
+(the adapter's ``turn.parent``, else the deepest earlier turn it extends in messages and tokens).
+A chain is the path from a root to a leaf. Details: docs/modules/trajectory.md.
 """
 
 from __future__ import annotations

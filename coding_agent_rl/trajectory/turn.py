@@ -1,16 +1,7 @@
 """One recorded model call: what the adapter sent to SGLang and what it sampled.
 
-Messages are *canonical*: the OpenAI-chat-like dicts chat templates consume, whatever wire
-format the agent spoke, with wire ids dropped so that equality means "the same conversation":
-
-* ``{"role": "system", "content": str}``
-* ``{"role": "user", "content": str}`` (or, when it shows images, a list of text parts and the
-  client's image parts: ``adapter/images.py``; tool messages likewise)
-* ``{"role": "assistant", "content": str, "reasoning_content": str (optional),
-  "tool_calls": [{"type": "function", "function": {"name": str, "arguments": dict}}]}``
-* ``{"role": "tool", "name": str (optional), "content": str}``
-
-Tools are ``{"type": "function", "function": {"name", "description", "parameters"}}``.
+Messages are canonical (OpenAI-chat-like dicts, wire ids dropped) so that equality means "the
+same conversation". Their shapes: docs/modules/trajectory.md.
 """
 
 from __future__ import annotations
@@ -42,6 +33,10 @@ class Turn:
     # run ends in prompt_ids. Sent as SGLang's image_data; a sample takes the ones it holds.
     images: list[Any] = dataclasses.field(default_factory=list)
     image_ends: list[int] = dataclasses.field(default_factory=list)
+    # A branch's replayed turn (adapter/replay.py): which recorded turn answered it and whether
+    # the prompt diverged from that turn's; its output is the recorded one, never trained here.
+    replay: dict[str, Any] | None = None
+    matched_stop: str | None = None  # the stop string that ended the output (SGLang's), if any
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (images as their count: their tensors go to the samples)."""

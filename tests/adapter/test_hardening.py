@@ -18,8 +18,8 @@ from support.adapter_clients import BASH, post, recorded
 from coding_agent_rl.adapter import handler as handler_mod
 from coding_agent_rl.adapter.handler import body_limit, image_allowance
 from coding_agent_rl.adapter.sessions import KEY_BITS, new_session_id
-from coding_agent_rl.multimodal.images import ImageLimits
 from coding_agent_rl.multimodal.parts import ImageSettings
+from coding_agent_rl.multimodal.pictures import ImageLimits
 
 ANTHROPIC = {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
 FIFTY_MIB = 50 << 20

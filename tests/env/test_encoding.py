@@ -173,7 +173,7 @@ def test_delta_equals_full_render_on_random_text(tok, replies):
 
 def test_images_reach_the_text_encoder_as_text_never_dropped(encoder, tokenizer):
     """A text-only encoder answers an image it cannot decode with why, and with
-    ``text_only="refuse"`` refuses images with a clear error (tests/env/test_images_native.py
+    ``text_only="refuse"`` refuses images with a clear error (tests/env/test_pictures_native.py
     covers decodable images and the VLM path)."""
 
     message = {"role": "user", "content": [{"type": "image", "image": "x.png"}, {"type": "text", "text": "see"}]}  # fmt: skip

@@ -124,9 +124,9 @@ def test_agents_command_lists_and_rejects_unknown_names(cache_root, capsys):
     assert "unknown agent(s) no-such-agent" in capsys.readouterr().err
 
 
-def test_readme_capability_table_is_the_harnesses_own(capsys):
-    """`agents table` prints one row per registered harness from its own data, and the README
-    holds exactly that table."""
+def test_the_docs_capability_table_is_the_harnesses_own(capsys):
+    """`agents table` prints one row per registered harness from its own data, and
+    docs/agents.md holds exactly that table."""
     from coding_agent_rl.cli import main
     from coding_agent_rl.harness import HARNESSES
 
@@ -134,8 +134,8 @@ def test_readme_capability_table_is_the_harnesses_own(capsys):
     table = capsys.readouterr().out
     rows = [line for line in table.splitlines() if line.startswith("| `")]
     assert [r.split("`")[1] for r in rows] == HARNESSES.names()
-    readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
-    assert table in readme
+    page = (pathlib.Path(__file__).parents[2] / "docs" / "agents.md").read_text()
+    assert table in page
 
 
 BUNDLE = cache.NpmPackage(

@@ -12,10 +12,10 @@ round1.py) and as shipped:
   ``__init__.py`` through the shell; grading zeroes it and the rollout records the evidence;
 * ``big_diff`` (class 6): a diff over the capture cap is the model's failure, named as such.
 
-Round 1: ``infra`` for the first two, the whole sparse file read into the host, and (graded
-with round 1's grader, :data:`ROUND_1`) the forged results paid 1.0. Shipped: every scenario is
-the model's failure (reward 0: the agent fixed nothing), and the host copy of the log stays
-small.
+Without the defences: ``infra`` for the first two, the whole sparse file read into the host,
+and (graded with the bare grader, :data:`ROUND_1`) the forged results pay 1.0. With them: every
+scenario is the model's failure (reward 0: the agent fixed nothing), and the host copy of the log
+stays small.
 """
 
 from __future__ import annotations

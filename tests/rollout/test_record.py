@@ -9,7 +9,7 @@ from coding_agent_rl.rollout.record import RolloutRecord
 
 
 def legacy_line() -> dict:
-    """The dict the runner used to mutate, built by the same steps in the same order."""
+    """The record dict built by hand, by the same steps in the same order."""
     record = {
         "rollout_id": 3,
         "instance_id": "example__pager",

@@ -1,8 +1,9 @@
 """Every slime flag the docs name exists in slime's own argument parser (the vendored
 ``slime/utils/arguments.py``): Megatron's parser drops unknown flags silently, so a wrong name
-in a launch script copied from our README is never reported by slime.
+in a launch script copied from our docs is never reported by slime.
 
-Scanned: the README's slime sections (headings that name slime) and, in README.md, docs/*.md and
+Scanned: whole pages whose title names slime (docs/slime.md), the README's slime sections
+(headings that name slime) and, in README.md, docs/*.md and
 CONTRIBUTING.md, every other line that names slime (but table rows about our own commands). ``--sglang-*`` flags come from SGLang's own
 ``ServerArgs`` with slime's prefix (SGLang is not installed here): they count when slime's code
 reads the attribute (``args.sglang_...``)."""
@@ -45,12 +46,14 @@ def slime_reads(attr: str) -> bool:
 def slime_context(text: str, whole_sections: bool) -> list[tuple[int, str]]:
     """(line number, line) of the text that speaks of slime."""
     out, in_section = [], False
+    title = text.split("\n", 1)[0]
+    whole_page = title.startswith("# ") and "slime" in title.lower()
     for n, line in enumerate(text.splitlines(), 1):
         if line.startswith(("## ", "### ")):  # a section ("# " lines in code blocks are not)
             in_section = "slime" in line.lower()
-        if line.startswith("|") and not in_section:
+        if line.startswith("|") and not (in_section or whole_page):
             continue  # a table of our own commands that compares with slime
-        if (whole_sections and in_section) or "slime" in line.lower():
+        if whole_page or (whole_sections and in_section) or "slime" in line.lower():
             out.append((n, line))
     return out
 
@@ -84,7 +87,7 @@ def test_every_slime_flag_in_the_docs_exists_in_slimes_parser():
     flags = slime_flags()
     found = named_flags(doc_paths())
     names = {f for _, _, f in found}
-    # the README's launch script is scanned (a scanner that sees nothing proves nothing)
+    # the launch script (docs/slime.md) is scanned (a scanner that sees nothing proves nothing)
     assert {"--custom-generate-function-path", "--custom-config-path"} <= names
     assert unknown(found, flags) == []
 
@@ -99,13 +102,15 @@ def test_every_slime_flag_in_the_docs_exists_in_slimes_parser():
     ],
 )
 def test_the_check_catches_names_slime_does_not_have(tmp_path, line):
-    """The names the docs used to give (and a made-up SGLang one) are caught, in a slime
+    """Names slime does not have (and a made-up SGLang one) are caught, in a slime
     section of a README and on a line naming slime elsewhere."""
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n\n## With slime\n\n```\npython train.py ... \\\n{line}\n```\n")
     other = tmp_path / "notes.md"
     other.write_text(f"Under slime: {line}\n")
-    for path in (readme, other):
+    page = tmp_path / "slime.md"
+    page.write_text(f"# With slime\n\n## Launch\n\n```\npython train.py ... \\\n{line}\n```\n")
+    for path in (readme, other, page):
         found = [
             (str(path), n, flag)
             for n, text in slime_context(path.read_text(), path.name == "README.md")

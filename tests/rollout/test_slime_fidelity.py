@@ -384,3 +384,82 @@ async def test_a_cancelled_generate_returns_after_its_sandboxes_are_gone(slime_w
     print(f"\ncancelled generate() returned after {time.monotonic() - t0:.2f} s")
     assert all(isinstance(r, asyncio.CancelledError) for r in results)
     assert containers(default_run_id()) == []
+
+
+async def test_a_group_becomes_a_tree_and_slime_trains_it_with_step_credit(
+    slime_world, rows, tmp_path, monkeypatch
+):
+    """CODING_AGENT_RL_TREE_ROLLOUTS: slime's group of 3 is a root (index 0) and two branches
+    at turn 2, which replay the root's two file-writing turns and then follow their own scripts
+    (one gives up, one solves). V(2) = V(0) = (1 + 0 + 1) / 3: root stretches [0, 2) -> 0 and
+    [2, end) -> 1/3; the branches 0 - 2/3 and 1 - 2/3."""
+    monkeypatch.setenv("CODING_AGENT_RL_TREE_ROLLOUTS", "1")
+    monkeypatch.setenv("CODING_AGENT_RL_TREE_BRANCH_AT", "2")
+    monkeypatch.setenv("CODING_AGENT_RL_OUT_DIR", str(tmp_path / "artifacts"))
+    monkeypatch.setattr(gen, "_trees", None)
+    files = [{"shell": "echo one > one.txt"}, {"shell": "echo two > two.txt"}]
+    scripts = {
+        "root": {"steps": [*files, *solve_steps(rows["slugify"])]},
+        "giveup": {"steps": [{"say": "I give up."}]},
+        "solve": {"steps": solve_steps(rows["slugify"])},
+    }
+    args, policy, _ = await slime_world(
+        scripts,
+        n_samples_per_prompt=3,
+        rollout_batch_size=1,
+        custom_reward_post_process_path="coding_agent_rl.generate.post_process_tree_rewards",
+    )
+    group = [
+        slime_sample("slugify", 0, 0, "root-a"),
+        slime_sample("slugify", 1, 0, "giveup-b"),
+        slime_sample("slugify", 2, 0, "solve-c"),
+    ]
+    sr = slime().sglang_rollout
+    out = await sr.generate_and_rm_group(args, group, dict(SAMPLING))
+    got = {samples[0].session_id.split("-", 1)[0]: samples for samples in out}
+    slime().ray_rollout.validate_rollout_id_annotated([out])
+    root, giveup, solve = got["root"], got["giveup"], got["solve"]
+    assert {s.metadata["tree_stretch"][0] for s in root} == {0, 2}
+    for name, samples, parent, at in (("giveup", giveup, 0, 2), ("solve", solve, 0, 2)):
+        for s in samples:
+            assert (s.metadata["tree_id"], s.metadata["parent_rollout_id"]) == (0, parent)
+            assert s.metadata["branch_turn"] == at, name
+        record = samples[0].metadata["rollout_record"]
+        replay = record["tree"]["replay"]
+        assert replay["replayed"] == 2 and replay["diverged"] == 0, replay
+        # every sampled token trained, no replayed one
+        metrics = record["metrics"]
+        assert metrics["tokens_trained"] == replay["tokens_sampled"] > 0
+        assert metrics["tokens_generated"] == replay["tokens_sampled"]
+        # the replayed tokens are exactly the ones the root trains in its stretch [0, 2)
+        first = [s for s in root if s.metadata["tree_stretch"][0] == 0]
+        assert replay["tokens_replayed"] == sum(
+            n for s in first for _, _, n in s.metadata["trained_turns"]
+        )
+        assert sum(sum(s.loss_mask) for s in samples) == replay["tokens_sampled"]
+    assert all(s.metadata["parent_rollout_id"] is None for s in root)
+    # The branches' policies never saw the replayed turns: one request each after the prefix
+    # (give up) / the solve steps; the root's policy served all of its own turns.
+    assert policy.served["giveup-b"] == 1
+    assert policy.served["solve-c"] == len(solve_steps(rows["slugify"]))
+    assert root[0].reward == solve[0].reward == 1.0 and giveup[0].reward == 0.0
+    # The replayed tool calls ran again in each branch's own sandbox: the files the root's first
+    # two turns wrote are in every diff, though the branches' own policies never wrote them.
+    for samples in (root, giveup, solve):
+        rel = samples[0].metadata["rollout_record"]["artifacts"]["diff"]
+        diff = (tmp_path / "artifacts" / rel).read_text()
+        assert "+one" in diff and "+two" in diff, rel
+
+    flat = [s for samples in out for s in samples]
+    data = trainer(args)._convert_samples_to_train_data(flat)
+    want = {("root", 0): 0.0, ("root", 2): 1 / 3, ("giveup", None): -2 / 3, ("solve", None): 1 / 3}
+    keys = []
+    for s in flat:
+        name = s.session_id.split("-", 1)[0]
+        keys.append((name, s.metadata["tree_stretch"][0] if name == "root" else None))
+    assert data["rewards"] == pytest.approx([want[k] for k in keys])
+    assert data["rollout_ids"] == [s.rollout_id for s in flat] and set(data["rollout_ids"]) == {
+        0,
+        1,
+        2,
+    }

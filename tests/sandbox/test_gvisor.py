@@ -4,7 +4,7 @@ Registering a runtime reconfigures an engine, and the shared engine must not be 
 test starts a private engine of its own (no bridge, no packet filter), with ``runsc`` registered
 as ``--platform=ptrace --network=host`` (the only way that build runs here), loads the base image
 into it, and drives our Docker backend against it in a subprocess (the engine client is per
-process). What works and what does not is asserted as found, and documented in the README.
+process). What works and what does not is asserted as found, and documented in docs/isolation.md.
 """
 
 from __future__ import annotations

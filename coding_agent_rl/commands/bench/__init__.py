@@ -32,7 +32,8 @@ BENCHMARKS = {
     "native": "the native loop: per-turn overhead at 32k context, rollouts/min vs Claude Code",
     "grading": "tamper-evident grading vs a plain pytest -rA run of the same tests",
     "multimodal": "per-turn image tensors merged once vs concatenated every turn",
-    "bookkeeping": "a finished rollout's bookkeeping at 1k and 10k records vs the old quadratic path",
+    "branch": "reaching turn k of a rollout by prefix replay vs by sampling (tree rollouts)",
+    "bookkeeping": "a finished rollout's bookkeeping at 1k and 10k records vs a re-summary of every record (quadratic)",
 }
 
 

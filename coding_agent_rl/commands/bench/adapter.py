@@ -27,6 +27,7 @@ from coding_agent_rl.commands.bench.synthetic_session import (
     system_prompt,
     tools,
 )
+from coding_agent_rl.settings import default
 
 TARGET_SPEEDUP = 30.0
 TARGET_CONTEXT = 65536  # the 30x target applies from this context on
@@ -119,7 +120,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--repeat", type=int, default=3, help="time each step N times, keep the best"
     )
-    parser.add_argument("--tokenizer", default="qwen3", help="'qwen3' or a tokenizer directory")
+    parser.add_argument(
+        "--tokenizer", default=default("tokenizer"), help="'qwen3' or a tokenizer directory"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     capacity = parser.add_argument_group(
         "capacity (with --sessions): turns/s of concurrent agent sessions over real HTTP"

@@ -1,27 +1,8 @@
 """``coding-agent-rl bench adapter --sessions 64 --turns N``: one node's adapter capacity.
 
-``--sessions`` concurrent agent sessions (real aiohttp clients in this process, one HTTP client
-each, as separate CLIs would be) talk the Anthropic Messages wire format to the real adapter,
-which runs in its own process (``--processes K``: K adapter processes, each session assigned to
-one at registration, as :class:`~coding_agent_rl.adapter.pool.AdapterPool` does). Each session
-starts Claude-Code-sized (``--system-tokens`` of instructions plus 20 tools with JSON schemas)
-and grows turn by turn: every reply's ``tool_use`` is echoed back with a ``tool_result`` of 5-60
-source lines, so the adapter renders each later turn incrementally. Even sessions stream (SSE),
-odd ones do not. The policy server (SGLang's ``/generate``) is a CPU process of its own:
-
-- ``--policy canned``: every reply is the same pre-encoded tool call, nothing is decoded: the
-  cheapest server, so the adapter, not the policy, is measured;
-- ``--policy scripted``: the scripted policy (decodes the whole prompt, matches a rule, encodes
-  its reply), i.e. with a policy cost that grows with the history.
-
-The baseline, run in the same process on the same sessions, alternating with ours round by
-round (``--rounds``, medians reported): the same clients hit the policy server directly with ``/generate`` token ids (the tool results pre-encoded), no
-adapter: the ceiling the adapter can reach. Every session's first turn (a full render of the
-first prompt) runs first, all at once, and is reported apart (``first_turns``); the figures are
-of the sustained phase after it (turns 2..N). Reported: turns/s both ways and their ratio,
-p50/p99 turn latency, each process's CPU (% of one core, mean over the phase and the busiest
-second; CPU ms per turn), the machine's load, which side saturates, and (modelled from the
-adapter's CPU ms per turn) the turns/s one adapter process would reach with a core to itself.
+Concurrent Anthropic-format sessions grow turn by turn against the real adapter (``--processes``)
+and a CPU policy server, alternating with a baseline that hits the policy server directly.
+Method and what is reported: docs/modules/bench.md.
 """
 
 from __future__ import annotations

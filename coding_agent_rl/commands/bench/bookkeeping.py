@@ -1,23 +1,7 @@
 """``coding-agent-rl bench bookkeeping``: what a finished rollout costs the run's bookkeeping.
 
-When a rollout ends, the run appends its samples and record to the output folder, updates
-metrics.prom and the progress line. Measured per rollout, with ``N`` records already in the run,
-at ``N = --records / 10`` and ``N = --records``:
-
-* **ours** (:class:`~coding_agent_rl.rollout.outputs.RunWriter` and
-  :class:`~coding_agent_rl.rollout.batch.Progress`): append-only files, running counters and
-  in-memory indexes: O(1) per rollout, so the cost at 10k records is the cost at 1k;
-* **baseline**: the code before, *re-implemented here* (:class:`OldWriter`,
-  :class:`OldProgress`): the progress line re-summarised every record (with
-  :func:`~coding_agent_rl.rollout.outputs.summarize`, the one-pass summary) on each finished
-  rollout, so the cost grows with the records (quadratic over a run).
-
-Both write the same synthetic records (shaped like real results.jsonl lines: timings, metrics,
-isolation; one small sample each) to files in a temporary folder, one after the other in this
-process (the two sizes of one way take turns, rollout by rollout, so load drift hits both
-alike). Reported: milliseconds per rollout (median of ``--measure`` rollouts, each timed) for each way at
-each size, ours' growth from the small to the large size (flat: about 1), the speed-up at the
-large size, and the one-pass final summary's cost. Baseline kind: ``run``.
+Ours (append-only files, running counters: O(1) per rollout) against a re-implementation of the
+earlier per-record re-summary, at two run sizes. Method: docs/modules/bench.md.
 """
 
 from __future__ import annotations
@@ -123,7 +107,7 @@ class OldProgress:
 
     def update(self, record: dict[str, Any]) -> None:
         self.results.append(record)
-        s = summarize(self.results)  # the same full pass the old progress line made
+        s = summarize(self.results)  # the full pass a re-summarising progress line makes
         rate = len(self.results) / max(time.monotonic() - self.t0, 1e-9) * 60
         fails = " ".join(f"{k}={v}" for k, v in sorted(s["failures_by_kind"].items())) or "none"
         self.line = f"[{len(self.results)}] solved {s['solved']} | failures {fails} | {rate:.1f}"

@@ -1,28 +1,7 @@
 """``coding-agent-rl bench grading``: what the tamper defences cost, against plain ``pytest -rA``.
 
-Per bundled example task (cycled to ``--n``), two grading sandboxes are prepared and the task's
-gold patch graded in each with every defence on (``grade(..., sandbox=...)``: apply, new-module
-rule, static screen, blinded test files with canaries, the plugin's result channel, exit-status
-and canary checks). Then the test step is repeated ``--repeat`` times each way, rotating which
-goes first so that load on a shared machine hits each alike:
-
-* **defended**: in the first sandbox, the blinded test files (random names, shuffled, canary
-  copies among them) run with the grader's plugin loaded (``PYTEST_PLUGINS``), the key and channel
-  descriptors, safe-path mode, then the channel read back, verified and judged
-  (``evidence.plugin_verdict``): what grading now does to get a result;
-* **twin**: the same in both sandboxes at once, each with its own blinding (``--twin-grade``);
-* **plain**: in the first sandbox with the task's own test files put back (base + test patch:
-  no blinding, no canaries), ``python3 -m pytest -rA -p no:cacheprovider <test files>`` as the test
-  user, its log read back and parsed: what round 1 did.
-
-``ratio`` = median(defended) / median(plain), per task, then the median over tasks (target
-<= 1.3; the command exits 1 when it is missed, unless ``--no-check``); ``twin_ratio`` likewise for
-the twin (reported, not checked). All are measured, nothing is modelled. Reported beside it, not checked: ``grade_s_p50``, the whole defended grading after
-the sandbox was ready (it also applies the patch, which the plain run does not do), against
-``round1_grade_s_p50``, the same gold patch graded the round-1 way (``defences.ROUND_1``) in a
-second sandbox of the same image prepared alongside (``grading_ratio``), and the preparation
-times of both (``prepare_s_p50``, ``round1_prepare_s_p50``: the rollout prepares while the agent
-works, so that is off the critical path).
+Times the defended, twin and plain test steps on the bundled tasks' gold patches, interleaved;
+``ratio`` = median(defended) / median(plain) (target <= 1.3). Method: docs/modules/bench.md.
 """
 
 from __future__ import annotations
@@ -37,6 +16,7 @@ import uuid
 from typing import Any
 
 from coding_agent_rl.datasets import examples_dataset
+from coding_agent_rl.settings import default
 
 TARGET_RATIO = 1.3
 TASKS = examples_dataset()
@@ -57,7 +37,7 @@ def _graded(prepared: Any, row: Any, defences: Any) -> Any:
         prepared.base,
         [],
         GradeResult(),
-        row.test_timeout or 600,
+        row.test_timeout or default("eval_timeout_s"),
         prepared,
         defences,
     )

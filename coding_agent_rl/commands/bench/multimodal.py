@@ -1,22 +1,8 @@
 """``coding-agent-rl bench multimodal``: per-turn training tensors merged once vs every turn.
 
-A multi-turn VLM rollout adds one processor chunk (``pixel_values`` + ``image_grid_thw``) per
-image-bearing turn. Two ways to build the sample's ``multimodal_train_inputs``, both run here on
-the same chunks, each in a fresh child process (so peak memory is its own):
-
-* **merge once** (ours, :class:`~coding_agent_rl.multimodal.buffer.TrainInputsBuffer`): buffer
-  the chunks, concatenate each key once at the end — O(n) bytes copied;
-* **concatenate every turn** (the baseline, ``merge_every_turn``): ``acc = cat(acc, chunk)``
-  after each turn — O(n^2) bytes copied.
-
-The chunks are the real Qwen2-VL image processor's output for a ``--size`` screenshot (default
-processor settings: 14-pixel patches, merge 2), cloned per turn. Reported per way: wall time of
-the merging work (best of ``--repeat`` runs), bytes copied (measured: what torch allocated
-during one more run, by its memory profiler) and peak RSS growth of its process
-(``ru_maxrss``); both ways at ``--turns`` and half of it, so the growth exponent shows (about 1
-vs about 2). The results are checked equal. Baseline kind: ``modelled``: the every-turn way was
-written for this benchmark (no production code does it); it is run on the same chunks, in a
-child process of the same command.
+Builds ``multimodal_train_inputs`` from real Qwen2-VL processor chunks both ways, each in its own
+child process: time, bytes copied (torch's profiler) and peak RSS at two sizes. Method:
+docs/modules/bench.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,8 @@
 """``coding-agent-rl bench native``: the native loop's own cost per turn, and its throughput.
 
-1. **Per-turn overhead** outside generation and environment execution, as the context grows to
-   ``--context`` tokens (target: <= 2 ms at 32k). A synthetic coding session (an instruction
-   prompt of ``--system-tokens``, the coding env's tools, then assistant tool calls and tool
-   results from ``synthetic_session``) runs through :func:`run_episode` with an in-process engine
-   that returns each turn's pre-rendered output at once and an in-memory environment that returns
-   each turn's pre-built result: nothing but the loop's own work is left (the loop's ``loop_s``
-   per turn = turn wall time - generate - env step). Baselines, run in the same process on the
-   same histories and timed the same way (each turn's fastest of ``--repeat`` passes): a **full
-   re-render** of the conversation each turn (a loop without the delta), and **slime's
-   observation encoding** (``apply_chat_template`` of its dummy conversation with and without
-   the observation, both tokenized, trimmed by token count). The final token stream is checked
-   equal to a full render of the session.
-2. **Throughput** (``--rollouts N``, needs Docker): the bundled tasks with the replay policy,
-   native loop vs Claude Code through the adapter, in the same process one after the other,
-   ``--concurrency`` at a time: rollouts per minute each and their ratio.
-
-Targets (``targets_missed``; exit 1 on a miss unless ``--no-check``): the loop's per-turn work
-at ``--context`` <= 2 ms, the token stream identical to a full render, and with ``--rollouts``
-every rollout of both agents solved.
+Per-turn overhead as the context grows (target <= 2 ms at 32k) against a full re-render and
+slime's observation encoding; with ``--rollouts``, native vs Claude Code rollouts per minute.
+Method and targets: docs/modules/bench.md.
 """
 
 from __future__ import annotations

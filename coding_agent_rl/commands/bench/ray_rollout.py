@@ -1,17 +1,8 @@
 """``coding-agent-rl bench rollout --executor ray --nodes 1,2``: rollouts/min on 1 node vs 2.
 
-The same batch (``--n`` rollouts of the example tasks, cycled, replay policy, real Claude Code)
-runs once per ``--nodes`` level in this process (workers started first, not timed) through the Ray executor, using the first K
-nodes that advertise ``coding_agent_rl_slots``. Without ``--ray-address`` the benchmark starts
-its own cluster on this machine: node 0 on the main Docker engine, every further node on a
-second engine it starts (images loaded from the main one), ``--concurrency`` slots per node;
-everything is removed afterwards. Reported per level: rollouts/min (``n / wall``), the outcomes,
-the per-node load (rollouts finished per node, each worker process's CPU seconds) and the
-machine's CPU use over the level (``/proc/stat``: all nodes of a local cluster share it). The
-baseline is the first level, run in the same process (``baseline.kind`` = run); ``speedup`` =
-each level's rate / the baseline's. On one machine a second node adds engines and workers, not
-cores: the figure says how much of the machine the first node left idle, not how a second
-machine scales.
+The same replay batch runs once per ``--nodes`` level through the Ray executor (a local cluster
+with a second Docker engine when no ``--ray-address``); reported per level: rate, outcomes,
+per-node load and CPU. Method and what it means on one machine: docs/modules/bench.md.
 """
 
 from __future__ import annotations

@@ -1,28 +1,8 @@
 """``coding-agent-rl bench rollout``: what a rollout costs outside the agent and the tests.
 
-Runs ``--n`` rollouts of the bundled example tasks (cycled) with the replay policy through
-:func:`coding_agent_rl.rollout.batch.run_batch`, ``--concurrency`` at a time, into a temp
-folder, and reads the per-rollout records back. The figure of merit is the *overhead*:
-``total_s - agent_s - tests_s`` per rollout (sandboxes, agent install and configuration, diff,
-grading set-up, teardown, bookkeeping), reported as its median over ALL rollouts (solved or
-not; the solved-only median too), every rollout's own figures, and the median of every phase.
-``--concurrency 1,2,4`` runs each level in turn and reports where the 1.5 s target stops
-holding. A missed target exits 1 unless ``--no-check``; a rollout that is not solved (the replay
-policy solves every bundled task) always does.
-
-The baseline, slime's design, is modelled per rollout from the same run, not measured on slime
-(which is not installable here): the non-agent work we measured, all of it on the critical path
-as slime does it (our overhead plus the grading sandbox's set-up and the agent sandbox's
-teardown, which we overlap with other work), plus the expected latency of noticing the agent's
-exit with a 5 s marker poll (2.5 s, half the period), plus slime's fixed 10 s sleep per sample.
-It is a lower bound: slime also uploads the CLI into every sandbox (6-7 s here before we
-mounted it). ``ratio`` = our overhead / that.
-
-``--isolation both`` runs the batch twice per ``--rounds``, alternating, in the same process:
-with our defaults (limits, capped disks, least privilege, adapter-only egress) and with all of
-that off (no limits, full privileges, the open bridge network); ``isolation`` then holds both
-runs' figures and ``isolation_cost`` = (on - off) / off of the median rollout wall time
-(``total_s``), target <= 5%.
+Runs ``--n`` replay rollouts of the bundled tasks and reports the overhead (``total_s - agent_s -
+tests_s``) against a per-rollout model of slime's design; ``--isolation both`` also measures what
+the isolation defaults cost. Method and targets: docs/modules/bench.md.
 """
 
 from __future__ import annotations

@@ -1,25 +1,7 @@
-"""``coding-agent-rl bench sandbox``: our sandbox layer against the docker CLI, same run.
+"""``coding-agent-rl bench sandbox``: our sandbox layer against the docker CLI and SDK, same run.
 
-Figures, each the median of ``--n`` samples, the compared pairs interleaved so load drift on a
-shared machine hits both alike:
-
-- exec: ``sb.exec("true")`` vs ``docker exec CID true`` on the same container;
-- lifecycle: create+destroy through ``create_sandbox`` vs ``docker run -d`` + ``docker rm -f``
-  of the same image with the same init/entrypoint and the same limits and privileges as flags
-  (the capped disk has no CLI equivalent: that work is ours alone);
-- isolation: create+destroy and exec with our defaults (limits, capped disk, least privilege,
-  no network plus the adapter's socket inside: ``listen_ms``) vs the same with every limit off,
-  full privileges and the bridge network ("plain"): ``isolation_*_ratio``;
-- completion detection: a detached command (``sandbox.detach``) records the wall clock as its
-  last act; we measure until ``wait_detached`` returns (the container shares the host's clock).
-
-Two baselines for the docker backend, run in this process interleaved with ours: the docker CLI
-(a process per call: beating it is near-guaranteed, the targets exec <= 1.1x and lifecycle <=
-1.2x say little) and the docker SDK used directly, as a user would without us (one client,
-``exec_run``, ``containers.run`` + ``remove`` with the same limits): exec <= 1.25x, lifecycle <=
-1.5x (ours also makes the capped disk). Exit noticed within 200 ms. The ``local`` backend has no
-baseline, and completion detection has no run baseline (slime polls its marker every 5 s: a
-design figure, not measured here).
+Exec, lifecycle, isolation cost and completion detection, each the median of ``--n`` interleaved
+samples. Baselines and targets: docs/modules/bench.md.
 """
 
 from __future__ import annotations

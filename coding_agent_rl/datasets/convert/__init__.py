@@ -1,28 +1,9 @@
 """Convert SWE-bench-family datasets (local files) into our JSONL rows.
 
-Inputs are HF-style exports: ``.jsonl``, ``.json`` (a list, or an object holding one), ``.parquet``
-(pyarrow), or a directory of those. Image names follow each project's convention unless
-``image_template`` is given (``str.format`` fields: ``instance_id``, ``id_1776``, ``id_s``,
-``repo``, ``owner``, ``name``, ``image_name``, ``docker_image``, ``task``):
-
-=========  ===================================================================================
-swebench     ``swebench/sweb.eval.x86_64.{id_1776}:latest`` (instance id lower-cased, ``__`` ->
-             ``_1776_``); SWE-bench Multimodal too (its ``image_assets`` and the image links
-             of the problem statement are kept as data: ``metadata.image_assets``,
-             ``metadata.problem_images``; nothing is fetched)
-swe-gym      ``xingyaoww/sweb.eval.x86_64.{id_s}:latest`` (``__`` -> ``_s_``, lower-cased)
-swe-rebench  the row's ``image_name`` / ``docker_image``, else
-             ``swerebench/sweb.eval.x86_64.{id_1776}:latest``; its ``install_config`` is kept
-             (test command, log parser, and the install recipe ``images build`` uses)
-swe-smith  ``jyangballin/{image_name}:latest`` with ``__`` -> ``_1776_`` (row ``image_name``)
-r2e-gym    the row's ``docker_image``
-harbor     ``environment/Dockerfile`` built by ``images build`` as ``harbor/{task}:latest``, or
-           ``[environment].docker_image`` from task.toml (see harbor.py)
-=========  ===================================================================================
-
-A row that cannot be expressed is skipped with a reason (e.g. SWE-bench repositories whose test
-ids are not pytest node ids: the reason names the SWE-bench log parser they need). Rows keep
-``repo`` and ``base_commit``, so ``images build --repo-source`` can build their images.
+Inputs are HF-style exports (``.jsonl``, ``.json``, ``.parquet`` or a directory of those);
+container image names follow each project's convention unless ``image_template`` is given. A row
+that cannot be expressed is skipped with a reason. The conventions per dataset:
+docs/modules/datasets.md.
 """
 
 from __future__ import annotations

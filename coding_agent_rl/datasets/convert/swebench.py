@@ -1,18 +1,9 @@
 """SWE-bench-schema records -> rows: SWE-bench (Lite / Verified / full / Multimodal), SWE-Gym and
-SWE-rebench share the fields (``repo``, ``instance_id``, ``base_commit``, ``patch``,
-``test_patch``, ``problem_statement``, ``version``, ``FAIL_TO_PASS``, ``PASS_TO_PASS``, ...)
-and differ in images, extras and how their tests are run:
+SWE-rebench share the fields and differ in container images, extras and how tests run.
 
-- SWE-bench Multimodal adds ``image_assets`` (a JSON string: image URLs of the problem
-  statement, binary assets of the patches). They are kept as data (``metadata.image_assets``,
-  and ``metadata.problem_images``: every image URL of the problem statement, whose links stay in
-  the text); nothing is downloaded.
-- SWE-rebench adds ``install_config`` (``install``, ``test_cmd``, ``log_parser``,
-  ``pip_packages``, ...) and names its image (``image_name`` / ``docker_image``).
-
-The test command: SWE-rebench's own (pytest-family parsers), the ``swebench`` package's spec
-when it is installed, else plain pytest on the files of the test ids. Ids that are not pytest
-node ids need SWE-bench's per-repository parser: the error names it.
+Multimodal's picture links are kept as data; SWE-rebench's ``install_config`` is kept; the test
+command is SWE-rebench's, the ``swebench`` spec's, or plain pytest. Details:
+docs/modules/datasets.md.
 """
 
 from __future__ import annotations

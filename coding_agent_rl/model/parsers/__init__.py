@@ -16,6 +16,7 @@ from coding_agent_rl.model.parsers.common import ToolParser
 from coding_agent_rl.model.parsers.json_calls import JsonToolCalls
 from coding_agent_rl.model.parsers.reasoning import Qwen3Reasoning
 from coding_agent_rl.model.parsers.xml_calls import XmlToolCalls
+from coding_agent_rl.settings import default
 
 TOOL_PARSERS: dict[str, ToolParser] = {
     "qwen25": JsonToolCalls("qwen25"),
@@ -54,8 +55,8 @@ def parse_assistant(
     text: str,
     tools: list[dict] | None,
     *,
-    tool_parser: str | None = "qwen25",
-    reasoning_parser: str | None = "qwen3",
+    tool_parser: str | None = default("tool_parser"),
+    reasoning_parser: str | None = default("reasoning_parser"),
     reasoning_started: bool = False,
 ) -> ParsedAssistant:
     """Split a model's output text into reasoning, content and tool calls.

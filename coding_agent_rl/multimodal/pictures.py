@@ -1,16 +1,9 @@
-"""Images as the policy may see them: decoded, bounded, and counted per turn and per sample.
+"""Pictures as the policy may see them: decoded, bounded, and counted per turn and per sample.
 
-Every image that reaches a prompt (an agent CLI's ``image`` block, an OpenAI ``image_url`` data
-URL, a Responses ``input_image``, a native environment's ``multi_modal_data``) goes through
-:func:`load_image`: inline data only (base64 or a ``data:`` URL; a remote URL is refused, the
-sandboxes have no network and neither does the rollout's policy), byte size and pixel count
-bounded *before* the pixels are decoded (a decompression bomb is refused from its header), and
-the aspect ratio bounded (Qwen-VL's resize refuses > 200:1). :class:`ImageGate` bounds how many
-images one turn and one sample may add.
-
-Whatever is wrong with an image is an :class:`ImageError` with a one-line reason: it is the
-model's problem (it read that file, it took that screenshot), answered in place of the image as
-text the model reads, never an infrastructure failure and never a crash.
+:func:`load_image` takes inline data only and bounds bytes, pixels (from the header, before
+decoding) and aspect ratio; :class:`ImageGate` bounds pictures per turn and per sample. Whatever
+is wrong is an :class:`ImageError`: the model's problem, answered as text. Details:
+docs/modules/multimodal.md.
 """
 
 from __future__ import annotations

@@ -34,8 +34,8 @@ from support.adapter_clients import (
 )
 from support.vision_helpers import data_url, png
 
-from coding_agent_rl.multimodal.images import ImageLimits
 from coding_agent_rl.multimodal.parts import ImageSettings
+from coding_agent_rl.multimodal.pictures import ImageLimits
 from coding_agent_rl.trajectory import build_samples
 from coding_agent_rl.types import Sample
 
@@ -258,7 +258,7 @@ async def test_a_sampled_image_token_is_refused_as_the_models_doing(
     rollout would be dropped as infra). With no image in the conversation SGLang never pairs
     anything, so a stray token is harmless there and passes."""
     if not defence:
-        from coding_agent_rl.adapter.images import ImagePath
+        from coding_agent_rl.adapter.pictures import ImagePath
 
         monkeypatch.setattr(ImagePath, "refuse_sampled_vision_tokens", lambda self, ids: None)
     script = {"steps": [{"shell": "python plot.py"}, {"say": "it shows <|image_pad|> here"}]}

@@ -1,18 +1,10 @@
-"""Image blocks of the three wire formats -> canonical content, and what the turn engine does
+"""Picture blocks of the three wire formats -> canonical content, and what the turn engine does
 with them (resolution, bounds, the VLM's token expansion).
 
-Canonical content is a string, or -- only when a message shows images -- a list of
-``{"type": "text", "text": ...}`` parts and the client's own image parts kept as sent (Anthropic
-``{"type": "image", "source": {"type": "base64", ...}}``, also inside a ``tool_result``; OpenAI
-Chat ``{"type": "image_url", "image_url": {"url": "data:..."}}``; Responses ``{"type":
-"input_image", "image_url": "data:..."}``). :func:`content` builds it from a block list;
-:mod:`coding_agent_rl.multimodal.parts` decodes, bounds and renders it.
-
-:class:`ImagePath` is the engine's side: for the messages a request *adds* (the rest is reused
-as stored tokens, earlier images included) it returns the prompt tokens with each image expanded
-to the VLM processor's count and the images to send as ``image_data``; for a text-only policy the
-placeholder text the settings choose. A bad or excess image is text the model reads
-(``[image not shown: ...]``); a refused one (``text_only="refuse"``) is a 400.
+:func:`content` keeps the client's picture parts as sent among text parts;
+:class:`ImagePath` expands the pictures a request adds to the VLM processor's token count (or
+the text-only placeholder). A bad or excess picture is text the model reads; a refused one is a
+400. Details: docs/modules/adapter.md.
 """
 
 from __future__ import annotations
@@ -23,7 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 from coding_agent_rl.adapter.errors import BadRequest
-from coding_agent_rl.multimodal.images import ImageLimits, ImageRef
 from coding_agent_rl.multimodal.parts import (
     ImageSettings,
     ImagesRefused,
@@ -32,6 +23,7 @@ from coding_agent_rl.multimodal.parts import (
     is_image_part,
     render_with_images,
 )
+from coding_agent_rl.multimodal.pictures import ImageLimits, ImageRef
 
 __all__ = ["ImagePath", "append_text", "content", "is_image_part", "prefix_text"]
 from coding_agent_rl.multimodal.processor import ImageItem, VisionProcessor
@@ -40,7 +32,7 @@ CACHE_SIZE = 256  # decoded images kept (a CLI re-sends its whole history every 
 
 
 def content(items: list[Any]) -> str | list[dict[str, Any]]:
-    """Texts (joined with newlines, as before) or, with an image among ``items``, the parts."""
+    """Texts (joined with newlines) or, with an image among ``items``, the parts."""
     if not any(is_image_part(i) for i in items):
         return "\n".join(i for i in items if isinstance(i, str) and i)
     parts: list[dict[str, Any]] = []

@@ -14,14 +14,14 @@ import pytest
 import torch
 from support.vision_helpers import data_url, png
 
-from coding_agent_rl.multimodal.images import (
+from coding_agent_rl.multimodal.parts import content_key
+from coding_agent_rl.multimodal.pictures import (
     ImageError,
     ImageGate,
     ImageLimits,
     from_base64,
     load_image,
 )
-from coding_agent_rl.multimodal.parts import content_key
 from coding_agent_rl.multimodal.processor import defuse
 from coding_agent_rl.types import Sample
 

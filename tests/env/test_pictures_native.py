@@ -28,8 +28,8 @@ from coding_agent_rl.env.episode import LoopConfig
 from coding_agent_rl.env.loop import run_episode
 from coding_agent_rl.env.sample import fill_sample
 from coding_agent_rl.model.sglang import SGLangClient
-from coding_agent_rl.multimodal.images import ImageLimits
 from coding_agent_rl.multimodal.parts import ImageSettings
+from coding_agent_rl.multimodal.pictures import ImageLimits
 from coding_agent_rl.policy.hf import HFPolicy
 from coding_agent_rl.policy.server import PolicyServer
 from coding_agent_rl.types import Sample
