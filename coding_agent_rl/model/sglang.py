@@ -1,23 +1,8 @@
 """Client for SGLang's native ``POST /generate`` (token ids in, token ids + logprobs out).
 
-One call per turn, never streamed: the adapter needs the whole output to parse tool calls.
-Cancellation (the agent CLI hung up) and timeouts send ``POST /abort_request`` so the engine
-stops spending compute on a reply nobody reads; such a call never returns a :class:`Generation`.
-A reply whose ``finish_reason`` is ``abort`` therefore comes from someone else: the trainer
-(slime aborts every worker at the end of a rollout step) or the engine itself; its ``message``
-is kept in :attr:`Generation.abort_message`.
-
-Every request carries ``X-SMG-Routing-Key`` (the caller's key: slime's per-sample
-``session_id`` when it set one, else the adapter session): the gateway keeps a session on one
-worker and its prefix cache warm. ``meta_info.weight_version`` (the policy version that sampled
-the reply, when the engine reports one) is kept per turn.
-
-Failures are classified by what they prove. SGLang refusing a request (4xx) is the request's
-doing: :class:`PolicyRejected` (the client gets 400). A failure to connect, a broken-off or timed
-out call, or a 5xx answer raises :class:`UpstreamError`, which counts as an infrastructure failure
-(``infra_evidence``) only when a health probe of the server (``GET /health``), made right away,
-fails too: a server that answers its health check while failing one request failed *that request*,
-which the agent may have crafted. A reply that breaks SGLang's own format is the server's fault.
+One call per turn, never streamed; cancellations and timeouts abort the request on the engine.
+Failures are classified by what they prove: 4xx is :class:`PolicyRejected`; other failures are
+:class:`UpstreamError`, infrastructure only when a health probe fails too (docs/modules/model.md).
 """
 
 from __future__ import annotations
