@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from coding_agent_rl.harness import HARNESSES
+from coding_agent_rl.harness import HARNESSES, pyvenv
 from coding_agent_rl.harness.base import BaseHarness
 from coding_agent_rl.harness.cache import (
     FetchError,
@@ -64,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
         for cls in _harness_classes([]):
             for pkg in cls.packages():
                 print(f"{cls.name:12} {pkg.spec:48} {_state(pkg)}")
+            if cls.python is not None:
+                print(f"{cls.name:12} {cls.python.spec:48} {pyvenv.state(cls.python)}")
         return 0
     failed = 0
     for cls in _harness_classes(args.names):
@@ -82,6 +84,18 @@ def run(args: argparse.Namespace) -> int:
                 f"{cls.name}: {pkg.spec} ready ({size} MB unpacked; fetch {t1 - t0:.1f}s, "
                 f"verify+unpack {time.monotonic() - t1:.1f}s) in "
                 f"{next(iter(files.values())).parent}"
+            )
+        if cls.python is not None:
+            t0 = time.monotonic()
+            try:
+                folder = pyvenv.build(cls.python)
+            except FetchError as e:
+                print(f"{cls.name}: FAILED: {e}")
+                failed += 1
+                continue
+            print(
+                f"{cls.name}: {cls.python.spec} ready ({size_of(folder) >> 20} MB; fetch, install "
+                f"and compile {time.monotonic() - t0:.1f}s) in {folder}"
             )
     if failed:
         raise UserError(f"{failed} agent(s) could not be fetched")

@@ -79,7 +79,7 @@ def pick_sandbox(wanted: str) -> str:
 def prepare(agent: str, backend: str, limit: int | None = None) -> list[Any]:
     """Base image, task images, agent binary: built once, reused on later runs."""
     from coding_agent_rl.commands.run import load_rows
-    from coding_agent_rl.harness import HARNESSES
+    from coding_agent_rl.harness import HARNESSES, pyvenv
     from coding_agent_rl.harness.cache import fetch
     from coding_agent_rl.images import rootfs
     from coding_agent_rl.images.base import build_base_image
@@ -93,8 +93,11 @@ def prepare(agent: str, backend: str, limit: int | None = None) -> list[Any]:
         print("  building the base root filesystem with debootstrap (once, ~2 min)", flush=True)
         rootfs.build_base()
     images = build_dataset_images(examples_dataset(), kind=kind) if kind else []
-    for pkg in HARNESSES.load(agent).packages():
+    harness = HARNESSES.load(agent)
+    for pkg in harness.packages():
         fetch(pkg)
+    if harness.python is not None:  # a PyPI CLI: its wheel set, installed in the host cache
+        pyvenv.build(harness.python)
     what = "image" if kind == "docker" else "root filesystem"
     print(
         f"  prepared base {what}, {len(images)} task {what}s, {agent} binary "

