@@ -122,6 +122,8 @@ def runtime_config_from_args(args: Any, conf: Settings | None = None) -> Any:
         tamper_reward=conf.tamper_reward,
         agent_network=conf.agent_network,
         prompt_template=conf.prompt_template,
+        pool_size=conf.pool_size,
+        fork_groups=conf.fork_groups,
         # A group's samples share one preparation with fork_groups (rollout/prepare.py).
         group_size=getattr(args, "n_samples_per_prompt", None),
     )

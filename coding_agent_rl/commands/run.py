@@ -40,6 +40,8 @@ SETTING_FLAGS: dict[str, str] = {
     "tamper_reward": "tamper_reward",
     "agent_network": "agent_network",
     "model_name": "model_name",
+    "pool_size": "pool_size",
+    "fork": "fork_groups",
 }
 
 
@@ -214,7 +216,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--pool-size",
         type=int,
-        default=None,
+        default=conf.pool_size,
         metavar="N",
         help="agent sandboxes prepared ahead for the rollouts coming next (default: "
         "$CODING_AGENT_RL_POOL_SIZE, 0; docs/sandbox-pool.md says how to size it)",
@@ -222,7 +224,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--fork",
         action=argparse.BooleanOptionalAction,
-        default=None,
+        default=conf.fork_groups,
         help="prepare each task once per group (--n-samples) and copy it for every sample "
         "(default: $CODING_AGENT_RL_FORK_GROUPS, off)",
     )
@@ -254,7 +256,7 @@ def build_config(args: argparse.Namespace):
 
     if (args.concurrency is not None and args.concurrency < 1) or args.n_samples < 1:
         raise UserError("--concurrency and --n-samples must be >= 1")
-    if args.pool_size is not None and args.pool_size < 0:
+    if args.pool_size < 0:
         raise UserError("--pool-size must be >= 0")
     if args.max_turns is not None and args.max_turns < 1:
         raise UserError("--max-turns must be >= 1")

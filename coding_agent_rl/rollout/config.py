@@ -47,10 +47,10 @@ class RolloutConfig:
     twin_grade: bool = default("twin_grade")
     # The reward of a result with tampering evidence (0; -1 makes forging lose in expectation).
     tamper_reward: float = default("tamper_reward")
-    # Agent sandboxes prepared ahead (rollout/prepare.py, docs/sandbox-pool.md); None: the
-    # settings' pool_size / fork_groups. group_size: rollouts per task (a GRPO group), when known.
-    pool_size: int | None = None
-    fork_groups: bool | None = None
+    # Agent sandboxes prepared ahead (rollout/prepare.py, docs/sandbox-pool.md); group_size:
+    # rollouts per task (a GRPO group), when known.
+    pool_size: int = default("pool_size")
+    fork_groups: bool = default("fork_groups")
     group_size: int | None = None
 
     def __post_init__(self) -> None:

@@ -299,13 +299,8 @@ class SandboxSupply:
 
 
 def supply_for(agent: AgentPhase) -> SandboxSupply:
-    """The supply a runner's config asks for (unset fields: the settings')."""
-    from coding_agent_rl import settings
-
-    cfg, conf = agent.config, settings.current()
+    """The supply a runner's config asks for."""
+    cfg = agent.config
     return SandboxSupply(
-        agent,
-        pool_size=conf.pool_size if cfg.pool_size is None else cfg.pool_size,
-        fork=conf.fork_groups if cfg.fork_groups is None else cfg.fork_groups,
-        group_size=cfg.group_size,
+        agent, pool_size=cfg.pool_size, fork=cfg.fork_groups, group_size=cfg.group_size
     )

@@ -31,6 +31,8 @@ ENV_VALUES: dict[str, str] = {
     "tamper_reward": "-1",
     "agent_network": "open",
     "model_name": "my-model",
+    "pool_size": "3",
+    "fork_groups": "1",
 }
 
 
@@ -117,6 +119,8 @@ SHARED = {  # a RolloutConfig field -> a value unlike its setting's default
     "tamper_reward": -1.0,
     "agent_network": "none",
     "prompt_template": "do {problem_statement}",
+    "pool_size": 3,
+    "fork_groups": True,
 }
 
 

@@ -17,10 +17,10 @@ from coding_agent_rl.rollout.prepare import supply_for
 
 def _supply(argv: list[str], **env: object):  # type: ignore[no-untyped-def]
     p = argparse.ArgumentParser()
-    add_arguments(p)
-    args = p.parse_args(["--dataset", "x.jsonl", "--out", "o", "--policy", "replay", *argv])
-    rollout = build_config(args).rollout
-    with settings.using(settings.load(**env)):
+    with settings.using(settings.load(**env)):  # the flags default to the settings
+        add_arguments(p)
+        args = p.parse_args(["--dataset", "x.jsonl", "--out", "o", "--policy", "replay", *argv])
+        rollout = build_config(args).rollout
         agent = AgentPhase(rollout, None, AgentNetwork("open", rollout.backend))
         return supply_for(agent)
 
