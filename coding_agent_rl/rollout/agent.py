@@ -17,11 +17,9 @@ from coding_agent_rl.datasets.schema import TaskRow
 from coding_agent_rl.errors import InfraFailure, RolloutAborted, SandboxError, boundary
 from coding_agent_rl.grading.workspace import prepare_agent_workspace
 from coding_agent_rl.harness import AgentRun, BaseHarness, HarnessContext
-from coding_agent_rl.harness.launch import RUN_ROOT
 from coding_agent_rl.rollout.config import RolloutConfig
 from coding_agent_rl.rollout.isolation import AgentNetwork
-from coding_agent_rl.sandbox import BACKENDS, Sandbox, create_sandbox
-from coding_agent_rl.sandbox.task import task_options
+from coding_agent_rl.sandbox import BACKENDS, Sandbox
 
 log = logging.getLogger("coding_agent_rl.rollout.runner")
 
@@ -52,27 +50,11 @@ class AgentPhase:
         self._mounts: dict[str, str] | None = None  # host file -> sandbox path, once known
         self._mounts_task: asyncio.Future[dict[str, str]] | None = None
 
-    async def create_sandbox(self, row: TaskRow) -> Sandbox:
-        """The agent's sandbox, with the harness's host files mounted where the backend can."""
-        cfg = self.config
-        mounts = await self._agent_mounts()
-        opts = task_options(
-            cfg.backend,
-            {**cfg.sandbox_options, **self.network.options()},
-            resources=row.resources,
-            writable=[row.workdir, RUN_ROOT],
-        )
-        if mounts:
-            opts["mounts"] = {**(opts.get("mounts") or {}), **mounts}
-        sb = create_sandbox(cfg.backend, row.image, **opts)
-        try:
-            await sb.__aenter__()  # destroys what it created when it fails or is cancelled
-        except SandboxError as e:
-            if mounts and "mount" in str(e).lower():
-                log.warning("cannot mount the agent CLI (%s); uploading it from now on", e)
-                self._mounts = {}
-            raise InfraFailure(f"sandbox: {e}", stage="sandbox") from e
-        return sb
+    def mount_failed(self, error: Exception) -> None:
+        """The agent sandbox failed to start: if its mounts were why, upload from now on."""
+        if self._mounts and "mount" in str(error).lower():
+            log.warning("cannot mount the agent CLI (%s); uploading it from now on", error)
+            self._mounts = {}
 
     async def _agent_mounts(self) -> dict[str, str]:
         """Host files the harness wants in the agent sandbox (``harness.host_mounts()``), where

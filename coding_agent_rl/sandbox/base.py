@@ -41,7 +41,7 @@ from coding_agent_rl import settings
 from coding_agent_rl.errors import SandboxError, UserError
 
 if TYPE_CHECKING:
-    from coding_agent_rl.sandbox.limits import Limits
+    from coding_agent_rl.limits import Limits
 
 DEFAULT_OUTPUT_CAP = 10 * 1024 * 1024
 TRUNCATION_MARKER = "\n[... output truncated by coding-agent-rl: {n} bytes dropped ...]\n"
