@@ -6,8 +6,9 @@ The coding environment (``rollout_interaction_env_path: coding``, i.e.
 ``coding_agent_rl.env.coding``) runs through the rollout pipeline exactly as
 ``coding_agent_rl.generate.generate`` with ``SWE_AGENT=native`` does: the same settings
 (sandbox options, tamper policy, prompt, output folder), record and samples. Any other environment
-is run by the native loop on the same runtime's tokenizer, encoder and SGLang client, and returns
-the filled ``sample``. Never raises for a per-sample failure: an aborted placeholder instead.
+is run by the native loop on the same runtime's tokenizer, encoder and SGLang client. Either
+way it returns one sample (slime then skips its reward model when the reward is set); never
+raises for a per-sample failure: an aborted placeholder instead.
 """
 
 from __future__ import annotations
@@ -40,8 +41,13 @@ async def _get_runtime(args: Any, loop: LoopConfig) -> Any:
         _runtime_lock = _runtime_lock or asyncio.Lock()
         async with _runtime_lock:
             if _runtime is None:
-                native = {"max_turns": loop.max_turns, "max_response": loop.max_response}
-                native["max_env_retries_per_turn"] = loop.max_env_retries_per_turn
+                native = {
+                    "max_turns": loop.max_turns,
+                    "max_response": loop.max_response,
+                    "max_env_retries_per_turn": loop.max_env_retries_per_turn,
+                    "env_retry_backoff_s": loop.env_retry_backoff_s,
+                    "env_step_timeout_s": loop.env_step_timeout_s,
+                }
                 config = cli_generate.runtime_config_from_args(args, agent="native", native=native)
                 _runtime, _writer = await cli_generate.start_runtime(config)
     return _runtime
@@ -61,9 +67,10 @@ async def generate(
         return abort_sample(sample, f"native loop setup: {type(e).__name__}: {e}", "infra")
     if getattr(module, "PIPELINE_AGENT", None):  # the coding env: the rollout pipeline
         cli_generate.check_options(args)
-        return await cli_generate.run_sample(
+        out = await cli_generate.run_sample(
             runtime, _writer, args, sample, sampling_params, evaluation
         )
+        return out[0]  # one sample per native rollout, as for any environment here
     return await _episode(runtime, module, config, args, sample, sampling_params)
 
 

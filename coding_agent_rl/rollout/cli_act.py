@@ -67,9 +67,6 @@ class CliAct:
             metadata={"routing_key": job.base.session_id} if job.base.session_id else None,
         )
         try:
-            if self.on_session_open is not None:
-                with job.timings.step("session_open"):
-                    await self.on_session_open(sid, job.row)
             yield
         finally:
             failed = job.record.extra.setdefault("teardown_failures", [])
@@ -125,6 +122,9 @@ class CliAct:
 
     async def act(self, job: Job, sb: Sandbox) -> ActResult:
         sid, record, timings, sessions = job.sid, job.record, job.timings, self.adapter.sessions
+        if self.on_session_open is not None:
+            with timings.step("session_open"):
+                await self.on_session_open(sid, job.row)
         prompt = render_prompt(
             job.row.problem_statement, job.row.workdir, self.config.prompt_template
         )

@@ -39,6 +39,8 @@ class NativeOptions:
     max_turns: int | None = None  # default: RolloutConfig.max_turns, else 50
     max_response: int | None = None  # response tokens per sample (slime's max_response_len)
     max_env_retries_per_turn: int = 3
+    env_retry_backoff_s: float = 0.25
+    env_step_timeout_s: float | None = None
     on_no_tool_call: str = "submit"  # | "nudge"
     bash_timeout_s: float = 120.0
     max_output_chars: int = 16_000
@@ -86,6 +88,8 @@ class NativeAct:
             max_context=c.max_context,
             max_response=o.max_response,
             max_env_retries_per_turn=o.max_env_retries_per_turn,
+            env_retry_backoff_s=o.env_retry_backoff_s,
+            env_step_timeout_s=o.env_step_timeout_s,
         )
 
     def make_env(self, row: Any, sb: Sandbox | None = None) -> CodingEnv:

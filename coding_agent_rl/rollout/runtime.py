@@ -241,22 +241,26 @@ class Runtime:
         return RolloutRunner(act=act, config=cfg.rollout, node=cfg.node)
 
     async def stop(self) -> None:
+        """Stop what :meth:`start` started (a second call does nothing)."""
         if self.reaper is not None:
             await self.reaper.stop()
             self.reaper = None
-        if self.engine is not None:
-            await self.engine.close()
-        if self.adapter is not None:
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            await engine.close()
+        adapter, self.adapter = self.adapter, None
+        if adapter is not None:
             from coding_agent_rl.adapter.pool import AdapterPool
 
-            if isinstance(self.adapter, AdapterPool):
-                await self.adapter.stop()
+            if isinstance(adapter, AdapterPool):
+                await adapter.stop()
             elif self.config.in_thread:
-                self.adapter.stop_thread()
+                adapter.stop_thread()
             else:
-                await self.adapter.stop()
-        if self.policy_server is not None:
-            await self.policy_server.stop()
+                await adapter.stop()
+        server, self.policy_server = self.policy_server, None
+        if server is not None:
+            await server.stop()
         if self._installed:
             settings.install(self._previous_settings)
             self._installed = False

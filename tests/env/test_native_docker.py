@@ -223,7 +223,8 @@ async def test_coding_env_through_slimes_call_path(rows, tmp_path, fresh_env_gen
     sampling = {"temperature": 1.0, "max_new_tokens": 2048}
     try:
         results = await asyncio.gather(*(generate_and_rm(args, s, dict(sampling)) for s in samples))
-        (solved,), (gave_up,) = results  # the rollout pipeline's siblings: one sample each
+        # One sample each (slime may hand back the pipeline's one-sibling list unwrapped).
+        solved, gave_up = (r[0] if isinstance(r, list) else r for r in results)
     finally:
         await server.stop()
     assert RM_CALLS == []  # the env's grade is the reward

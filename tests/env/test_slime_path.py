@@ -171,3 +171,22 @@ async def test_slimes_abort_flag_ends_the_episode(served, tmp_path):
         state.reset()
     assert out.status is SlimeSample.Status.ABORTED and out.remove_sample
     assert out.metadata["failure_kind"] == "aborted" and "aborted" in out.metadata["abort_reason"]
+
+
+def test_a_slime_process_exits_with_its_client_sessions_closed(tmp_path):
+    """slime's loop runs in a daemon thread and nobody stops our runtime: its HTTP client
+    sessions are closed at exit (before, aiohttp warned 'Unclosed client session')."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parents[1] / "support" / "slime_exit_script.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "native.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "STATUS COMPLETED 2" in proc.stdout, proc.stdout
+    assert "Unclosed" not in proc.stderr, proc.stderr[-3000:]
