@@ -33,6 +33,7 @@ class Job:
     art: pathlib.Path | None
     sampling_params: dict[str, Any] | None
     evaluation: bool
+    released: list[Sandbox] = dataclasses.field(default_factory=list)  # given back already
 
 
 @dataclasses.dataclass

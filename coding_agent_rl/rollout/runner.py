@@ -340,9 +340,9 @@ class RolloutRunner:
 
     async def _release(self, sb: Sandbox, job: Job) -> None:
         """The agent sandbox back to :attr:`sandboxes` (once; later calls are no-ops)."""
-        if getattr(sb, "_released_by_pipeline", False):
+        if sb in job.released:
             return
-        sb._released_by_pipeline = True  # type: ignore[attr-defined]
+        job.released.append(sb)
         with job.timings.step("agent_sandbox_destroy"):
             failed = job.record.extra.setdefault("teardown_failures", [])
             await guarded("agent_sandbox", lambda: self.sandboxes.release(sb), failed, job.sid)
