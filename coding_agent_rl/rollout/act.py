@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import pathlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 from coding_agent_rl.datasets.schema import TaskRow
@@ -19,6 +19,10 @@ from coding_agent_rl.rollout.record import RolloutRecord
 from coding_agent_rl.rollout.timing import Timings
 from coding_agent_rl.sandbox import Sandbox
 from coding_agent_rl.types import Sample
+
+# Called with (session_id, row) when the act starts, e.g. to hand the replay policy the task's
+# gold patch.
+SessionHook = Callable[[str, Any], Awaitable[None]]
 
 
 @dataclasses.dataclass

@@ -1,10 +1,7 @@
-"""The agent's side of a rollout: its sandbox (with the harness's host files mounted where the
-backend can), the task's workspace in it, and the CLI's run, watched for trainer aborts and
-for the sandbox's resource limits.
-
-Failures are attributed here, at the boundary: the sandbox's creation and the task's set-up
-are infra (``sandbox`` / ``workspace``); a limit the agent hit is the model's (returned as the
-breach, never raised); the trainer's abort is :class:`~coding_agent_rl.errors.RolloutAborted`.
+"""The CLI act's watched run: the harness's host files to mount, and the CLI's run, watched for
+trainer aborts and for the sandbox's resource limits. A limit the agent hit is the model's
+(returned as the breach, never raised); the trainer's abort is
+:class:`~coding_agent_rl.errors.RolloutAborted`.
 """
 
 from __future__ import annotations
@@ -13,9 +10,7 @@ import asyncio
 import logging
 from typing import Any, Protocol
 
-from coding_agent_rl.datasets.schema import TaskRow
-from coding_agent_rl.errors import InfraFailure, RolloutAborted, SandboxError, boundary
-from coding_agent_rl.grading.workspace import prepare_agent_workspace
+from coding_agent_rl.errors import RolloutAborted, SandboxError
 from coding_agent_rl.harness import AgentRun, BaseHarness, HarnessContext
 from coding_agent_rl.rollout.config import RolloutConfig
 from coding_agent_rl.rollout.isolation import AgentNetwork
@@ -56,7 +51,7 @@ class AgentPhase:
             log.warning("cannot mount the agent CLI (%s); uploading it from now on", error)
             self._mounts = {}
 
-    async def _agent_mounts(self) -> dict[str, str]:
+    async def agent_mounts(self) -> dict[str, str]:
         """Host files the harness wants in the agent sandbox (``harness.host_mounts()``), where
         the backend can bind-mount host files: read-only instead of uploaded into every
         sandbox. Computed once (the first call may fetch and unpack the CLI)."""
@@ -75,12 +70,6 @@ class AgentPhase:
                 log.warning("agent CLI not mountable (%s); uploading it per sandbox", e)
                 self._mounts = {}
         return self._mounts or {}
-
-    @staticmethod
-    async def prepare_repo(sb: Sandbox, row: TaskRow) -> str:
-        """Run the row's set-up, hide the future from git; returns the base commit id."""
-        async with boundary(InfraFailure, "workspace", stage="workspace", passes=(SandboxError,)):
-            return await prepare_agent_workspace(sb, row)
 
     async def run(
         self, sb: Sandbox, ctx: HarnessContext, prompt: str, sid: str, engine: AbortWatch

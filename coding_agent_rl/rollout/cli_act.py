@@ -14,7 +14,7 @@ from coding_agent_rl.datasets.schema import TaskRow
 from coding_agent_rl.errors import InfraFailure, SandboxError, boundary
 from coding_agent_rl.harness import BaseHarness, HarnessContext
 from coding_agent_rl.harness.launch import RUN_ROOT
-from coding_agent_rl.rollout.act import ActResult, Job
+from coding_agent_rl.rollout.act import ActResult, Job, SessionHook
 from coding_agent_rl.rollout.agent import AgentPhase, settle
 from coding_agent_rl.rollout.attribution import check_agent
 from coding_agent_rl.rollout.config import RolloutConfig
@@ -24,8 +24,6 @@ from coding_agent_rl.rollout.samples import rollout_samples
 from coding_agent_rl.rollout.teardown import guarded
 from coding_agent_rl.sandbox import Sandbox
 from coding_agent_rl.sandbox.task import task_options
-
-SessionHook = Any  # (session_id, row) -> Awaitable[None]
 
 
 class CliAct:
@@ -76,7 +74,7 @@ class CliAct:
 
     async def sandbox_options(self, row: TaskRow) -> dict[str, Any]:
         cfg = self.config
-        mounts = await self.agent._agent_mounts()
+        mounts = await self.agent.agent_mounts()
         opts = task_options(
             cfg.backend,
             {**cfg.sandbox_options, **self.network.options()},

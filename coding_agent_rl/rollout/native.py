@@ -20,7 +20,7 @@ from coding_agent_rl.env.sample import fill_sample, rollout_metrics
 from coding_agent_rl.env.tools import STAGING_DIR, ToolLimits
 from coding_agent_rl.errors import InfraFailure, SandboxError, TaskDataError, boundary
 from coding_agent_rl.harness.agent_user import agent_user_script, default_home
-from coding_agent_rl.rollout.act import ActResult, Job, no_session
+from coding_agent_rl.rollout.act import ActResult, Job, SessionHook, no_session
 from coding_agent_rl.rollout.attribution import ArtifactBudget
 from coding_agent_rl.rollout.config import RolloutConfig
 from coding_agent_rl.rollout.isolation import AgentNetwork
@@ -67,7 +67,7 @@ class NativeAct:
         options: NativeOptions | None = None,
         tool_parser: str = "qwen25",
         reasoning_parser: str | None = "qwen3",
-        on_session_open: Any = None,
+        on_session_open: SessionHook | None = None,
     ):
         self.engine = engine
         self.encoder = encoder
