@@ -53,6 +53,7 @@ from coding_agent_rl.errors import (
     InfraFailure,
     RolloutAborted,
     SandboxError,
+    TaskDataError,
     boundary,
 )
 from coding_agent_rl.grading.defences import Defences
@@ -141,6 +142,8 @@ class RolloutRunner:
             return await asyncio.wait_for(work, self.config.deadline)
         except RolloutAborted as e:
             return self._abort(base, record, str(e), "aborted", None)
+        except TaskDataError as e:  # the task's own data (e.g. a prompt that does not fit)
+            return self._abort(base, record, str(e), "data", None)
         except (InfraFailure, SandboxError) as e:  # ours: a stage, or our sandbox API's call
             return self._abort(base, record, f"{type(e).__name__}: {e}", "infra", e.stage)
         except asyncio.TimeoutError:
