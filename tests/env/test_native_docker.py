@@ -274,3 +274,17 @@ async def test_swe_agent_native_through_the_main_generate(rows, monkeypatch):
     out[0].check()
     assert out[0].metadata["turns"] and await gen.reward(args, out[0]) == 1.0
     assert containers(default_run_id()) == []
+
+
+async def test_a_prompt_over_the_context_budget_is_the_tasks_data(rows, tmp_path):
+    """The task's prompt does not fit the context budget: a ``data`` placeholder, not retried
+    (an infra failure would be), its sandboxes destroyed."""
+    row = rows["pager"]
+    async with runtime(
+        policy="replay", agent="native", rollout=native(tmp_path, max_context=64)
+    ) as rt:
+        outcome = await rt.runner.run(row, base_sample(row, 0))
+    r = outcome.record
+    assert (r["failure_kind"], r["retries"]) == ("data", 0), r
+    assert "prompt_too_long" in r["abort_reason"] and outcome.samples[0].remove_sample
+    assert containers() == []
