@@ -57,6 +57,7 @@ artifacts grow with every step, and the record is in each sample's metadata eith
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -97,9 +98,16 @@ def check_options(args: Any) -> None:
         )
 
 
-def runtime_config_from_args(args: Any, conf: Settings | None = None) -> Any:
+def runtime_config_from_args(
+    args: Any,
+    conf: Settings | None = None,
+    *,
+    agent: str | None = None,
+    native: dict[str, Any] | None = None,
+) -> Any:
     """slime's ``args`` namespace + the settings (read from the environment when not given)
-    -> :class:`RuntimeConfig`."""
+    -> :class:`RuntimeConfig`; ``agent`` overrides the settings' agent, ``native`` adds native
+    options (the native entry's YAML)."""
     from coding_agent_rl.rollout.config import RolloutConfig
     from coding_agent_rl.rollout.runtime import RuntimeConfig
 
@@ -127,13 +135,11 @@ def runtime_config_from_args(args: Any, conf: Settings | None = None) -> Any:
         # A group's samples share one preparation with fork_groups (rollout/prepare.py).
         group_size=getattr(args, "n_samples_per_prompt", None),
     )
-    agent = conf.agent
-    native: dict[str, Any] = {}
+    agent = agent or conf.agent
+    native = dict(native or {})
     if agent == "native":  # the native loop's budgets, as slime names them
-        native = {
-            "max_turns": getattr(args, "max_turns", None),
-            "max_response": getattr(args, "rollout_max_response_len", None),
-        }
+        native.setdefault("max_turns", getattr(args, "max_turns", None))
+        native.setdefault("max_response", getattr(args, "rollout_max_response_len", None))
     from coding_agent_rl.multimodal.processor import has_image_processor
 
     checkpoint = getattr(args, "hf_checkpoint", None)
@@ -143,6 +149,7 @@ def runtime_config_from_args(args: Any, conf: Settings | None = None) -> Any:
         sglang_url=f"http://{host}:{port}",
         tokenizer=checkpoint or conf.tokenizer,
         vision=checkpoint if has_image_processor(checkpoint) else None,  # a VLM: images as tokens
+        template_kwargs=getattr(args, "apply_chat_template_kwargs", None) or {},
         tool_parser=getattr(args, "sglang_tool_call_parser", None) or conf.tool_parser,
         reasoning_parser=getattr(args, "sglang_reasoning_parser", None),
         rollout=rollout,
@@ -175,6 +182,41 @@ def _settings() -> Settings:
     return _runtime.config.settings if _runtime is not None else settings.load()
 
 
+async def start_runtime(config: Any) -> tuple[Any, Any]:
+    """A started runtime for ``config`` (in-process or on Ray) and its RunWriter (or None);
+    stopped at the process's exit."""
+    from coding_agent_rl.rollout.outputs import RunWriter
+    from coding_agent_rl.rollout.runtime import Runtime
+
+    out = config.rollout.out_dir
+    writer = RunWriter(out, append=True, samples=False) if out else None
+    if config.settings.executor != "in-process":
+        runtime: Any = await _RayRuntime(config).start()
+    else:
+        runtime = await Runtime(config).start()
+    stop_at_exit(runtime)
+    return runtime, writer
+
+
+def stop_at_exit(runtime: Any) -> None:
+    """Stop ``runtime`` (its HTTP client sessions closed) when the process exits, on the event
+    loop it runs on: slime never stops what its generate function started."""
+    import atexit
+
+    loop = asyncio.get_running_loop()
+
+    def stop() -> None:
+        if loop.is_closed():
+            return
+        with contextlib.suppress(Exception):
+            if loop.is_running():  # slime's loop, in its own thread
+                asyncio.run_coroutine_threadsafe(runtime.stop(), loop).result(timeout=10)
+            else:
+                loop.run_until_complete(runtime.stop())
+
+    atexit.register(stop)
+
+
 async def _get_runtime(args: Any) -> Any:
     global _runtime, _runtime_lock, _writer
     if _runtime is None:
@@ -182,16 +224,7 @@ async def _get_runtime(args: Any) -> Any:
             _runtime_lock = asyncio.Lock()
         async with _runtime_lock:
             if _runtime is None:
-                from coding_agent_rl.rollout.outputs import RunWriter
-                from coding_agent_rl.rollout.runtime import Runtime
-
-                config = runtime_config_from_args(args)
-                out = config.rollout.out_dir
-                _writer = RunWriter(out, append=True, samples=False) if out else None
-                if config.settings.executor != "in-process":
-                    _runtime = await _RayRuntime(config).start()
-                else:
-                    _runtime = await Runtime(config).start()
+                _runtime, _writer = await start_runtime(runtime_config_from_args(args))
     return _runtime
 
 
@@ -203,7 +236,7 @@ async def generate(
     aborted placeholder (``remove_sample=True``, ``metadata.abort_reason``). ``sample`` itself is
     left unchanged. A requeued ``Siblings`` (slime's partial rollouts) restarts from its origin."""
     from coding_agent_rl.datasets.schema import DatasetError, row_from_sample
-    from coding_agent_rl.trainer_abort import slime_abort_flag, until_stopped
+    from coding_agent_rl.trainer_abort import slime_abort_flag
 
     check_options(args)
     if isinstance(sample, Siblings) and sample.origin is not None:
@@ -226,6 +259,35 @@ async def generate(
         runtime = await _get_runtime(args)
     except Exception as e:  # no adapter / tokenizer: nothing can run, but the batch goes on
         return placeholder(f"runtime start failed: {type(e).__name__}: {e}", "infra")
+    return await run_sample(runtime, _writer, args, sample, sampling_params, evaluation)
+
+
+async def run_sample(
+    runtime: Any,
+    writer: Any,
+    args: Any,
+    sample: Any,
+    sampling_params: dict[str, Any],
+    evaluation: bool = False,
+) -> list[Any]:
+    """One rollout of ``sample`` on a started ``runtime`` (see :func:`generate`)."""
+    from coding_agent_rl.datasets.schema import DatasetError, row_from_sample
+    from coding_agent_rl.trainer_abort import slime_abort_flag, until_stopped
+
+    if isinstance(sample, Siblings) and sample.origin is not None:
+        sample = sample.origin
+    base = from_caller(sample)
+    if base.rollout_id is None:
+        base.rollout_id = base.index
+
+    def placeholder(reason: str, kind: Any) -> Siblings:
+        return Siblings([to_caller(aborted_sample(base, reason, kind), sample)], origin=sample)
+
+    try:
+        row = row_from_sample(base, base_dir=runtime.config.settings.dataset_dir)
+    except DatasetError as e:
+        return placeholder(f"task data: {e}", "data")
+    stop = slime_abort_flag(args)
     if runtime.config.settings.tree_rollouts and not evaluation:  # a group is one tree
         work = _tree_work(runtime, args, row, base, sampling_params)
     else:
@@ -236,8 +298,8 @@ async def generate(
         return _aborted(placeholder(str(e), "aborted"), base, row.instance_id, str(e))
     record = outcome.record
     record["agent"] = runtime.config.agent
-    if _writer is not None:
-        _writer.add([], record)
+    if writer is not None:
+        writer.add([], record)
     out = Siblings(origin=sample)
     for s in outcome.samples:
         s.metadata["rollout_record"] = dict(record)

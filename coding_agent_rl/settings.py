@@ -7,7 +7,7 @@ The table in ``docs/settings.md`` is generated from this class (:func:`markdown_
 keeps it current).
 
 The environment is read once, at the entry points (``cli.main``, ``generate``,
-``env.generate``), which :func:`install` the result for their process; everything below them
+``generate_native``), which :func:`install` the result for their process; everything below them
 takes a :class:`Settings` argument or asks :func:`current`. Nothing else reads ``os.environ``
 (``tests/test_settings.py`` scans the package). A :class:`Settings` is plain data: a Ray
 worker receives ``settings.model_dump(mode="json")`` and rebuilds it with

@@ -86,7 +86,7 @@ def vision(tiny_vlm_dir):
 
 @pytest.fixture(autouse=True)
 def _no_installed_settings():
-    """Settings an entry point installed during a test (generate, env.generate) end with it."""
+    """Settings an entry point installed during a test (generate, generate_native) end with it."""
     from coding_agent_rl import settings
 
     previous = settings.install(None)

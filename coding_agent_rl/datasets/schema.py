@@ -29,8 +29,8 @@ from coding_agent_rl.datasets.fields import (
 )
 from coding_agent_rl.datasets.log_parsers import needed_parser_hint
 from coding_agent_rl.errors import TaskDataError
+from coding_agent_rl.limits import parse_resources
 from coding_agent_rl.patches.files import patch_paths
-from coding_agent_rl.sandbox.limits import parse_resources
 
 LOG_PARSERS = ("pytest", "junit", "swebench", "r2e", "swepro")
 

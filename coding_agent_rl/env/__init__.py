@@ -6,8 +6,10 @@
   (``episode.py``: its config and result);
 * ``turns.py`` — per-turn records, events and metrics; ``sample.py`` — episode -> Sample;
 * ``coding.py`` + ``tools.py`` + ``editor.py`` — the coding environment (bash, file editor,
-  submit) on our sandboxes and grader; ``judge.py`` — an LLM-as-judge wrapper environment;
-* ``generate.py`` — slime's ``--custom-generate-function-path coding_agent_rl.env.generate.generate``.
+  submit) on a sandbox it is handed (the rollout pipeline creates, prepares and grades it);
+  ``judge.py`` — an LLM-as-judge wrapper environment;
+* ``slime_config.py`` — slime's YAML keys and environment modules (the entry point is
+  ``coding_agent_rl.generate_native.generate``).
 
 Environments are registered by name (:data:`ENVIRONMENTS`: ``coding``; third parties
 add an entry point in the group ``coding_agent_rl.environments`` naming a module with

@@ -1,21 +1,12 @@
-"""A coding environment without an agent CLI: the policy's tool calls run in the task's sandbox.
+"""A coding environment without an agent CLI: the policy's tool calls run in a task's sandbox.
 
-Per episode: a fresh sandbox from the task's image (any backend, network off: nothing inside
-needs it), the workspace prepared and scrubbed exactly as for CLI rollouts
-(:func:`~coding_agent_rl.grading.workspace.prepare_workspace` with ``agent=True``: no future
-commits, hidden paths removed), the repository handed to the unprivileged agent user
-(``harness/agent_user.py``). Tools (``tools.py``): ``bash``, ``file_editor``, ``submit``. The
-model's output is parsed with the configured tool-call parser; an ill-formed or unknown call is
-answered as an observation (the turn is used). ``submit`` -- or a reply without a tool call, as an
-agent CLI ends its run (``on_no_tool_call="submit"``; ``"nudge"`` asks for a tool call instead)
--- ends the episode. Images: a row's ``metadata.problem_images`` (paths in the
-repository, e.g. a screenshot of the bug, as SWE-bench Multimodal rows carry) are shown after
-the task text, read from the prepared workspace; ``file_editor view`` of an image file answers
-with the image (``multi_modal_data`` + image parts in the tool message). :meth:`CodingEnv.evaluate` then captures the diff and grades it with the same
-clean-sandbox grader as CLI rollouts (a grading sandbox is prepared ahead while the policy works).
-
-``build_env(sample=..., args=...)`` makes this module usable as slime's
-``rollout_interaction_env_path: coding_agent_rl.env.coding`` (a key of the ``--custom-config-path`` YAML).
+The sandbox is handed in, its workspace prepared and the repository owned by the agent user (the
+rollout pipeline does that: ``rollout/native.py``); this module never creates sandboxes or
+grades. Tools (``tools.py``): ``bash``, ``file_editor``, ``submit``. An ill-formed or unknown
+call is answered as an observation (the turn is used). ``submit`` -- or a reply without a tool
+call (``on_no_tool_call="submit"``; ``"nudge"`` asks for one instead) -- ends the episode. A
+row's ``metadata.problem_images`` are shown after the task text; ``file_editor view`` of an image
+answers with the image.
 """
 
 from __future__ import annotations
@@ -23,14 +14,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import posixpath
-import time
 from typing import Any
 
-from coding_agent_rl import settings
-from coding_agent_rl.env.base import BaseInteractionEnv, EnvOutcome, FatalEnvError
+from coding_agent_rl.env.base import BaseInteractionEnv, FatalEnvError
 from coding_agent_rl.env.editor import run_editor
 from coding_agent_rl.env.tools import (
-    STAGING_DIR,
     TOOLS,
     ToolLimits,
     ToolResult,
@@ -38,14 +26,9 @@ from coding_agent_rl.env.tools import (
     error,
     run_bash,
 )
-from coding_agent_rl.grading.diff import DiffCaptureError, capture_diff
-from coding_agent_rl.grading.grade import grade
-from coding_agent_rl.grading.prepared import GradingSandbox, sandbox_options_for
-from coding_agent_rl.grading.workspace import prepare_workspace
-from coding_agent_rl.harness.agent_user import agent_user_script, default_home
 from coding_agent_rl.model.parsers import parse_assistant
 from coding_agent_rl.model.parsers.xml_calls import convert
-from coding_agent_rl.sandbox import BACKENDS, Sandbox, SandboxError, SandboxGone, create_sandbox
+from coding_agent_rl.sandbox import Sandbox, SandboxError, SandboxGone
 from coding_agent_rl.settings import default
 
 log = logging.getLogger(__name__)
@@ -61,15 +44,11 @@ NO_TOOL_CALL = ("submit", "nudge")
 
 @dataclasses.dataclass
 class CodingEnvConfig:
-    backend: str = default("sandbox")
-    sandbox_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     tool_parser: str = default("tool_parser")
     reasoning_parser: str | None = default("reasoning_parser")
     user: str = "agent"
     limits: ToolLimits = dataclasses.field(default_factory=ToolLimits)
     on_no_tool_call: str = "submit"
-    eval_timeout_s: float = default("eval_timeout_s")
-    grade_ahead: bool = True  # prepare the grading sandbox while the policy works
     system_prompt: str = SYSTEM_PROMPT
     max_calls_per_turn: int = 16  # further calls in one reply are answered with an error
 
@@ -79,11 +58,8 @@ class CodingEnvConfig:
 
 
 class CodingEnv(BaseInteractionEnv):
-    """One task (a :class:`~coding_agent_rl.datasets.schema.TaskRow`) in a sandbox.
-
-    ``prompt``: the task text of the user message; ``files``: files written into the sandbox
-    after the workspace is prepared (e.g. the problem statement), never part of the diff.
-    """
+    """One task (a :class:`~coding_agent_rl.datasets.schema.TaskRow`) in the prepared sandbox
+    ``sandbox``; ``prompt``: the task text of the user message."""
 
     tools = TOOLS
 
@@ -93,52 +69,27 @@ class CodingEnv(BaseInteractionEnv):
         config: CodingEnvConfig | None = None,
         *,
         prompt: str,
-        files: dict[str, str] | None = None,
+        sandbox: Sandbox | None = None,
     ):
         self.row = row
         self.config = config or CodingEnvConfig()
         self.prompt = prompt
-        self.files = dict(files or {})
-        self.sb: Sandbox | None = None
-        self.ahead: GradingSandbox | None = None
-        self.base: str | None = None
+        self.sb = sandbox
         self.ws: Workspace | None = None
-        self.timings: dict[str, float] = {}
         self.transcript: list[tuple[str, str]] = []  # (action, observation), uncut
-        self.diff_text: str | None = None
-        self.test_log: str | None = None
 
     # ---- reset -----------------------------------------------------------------------------------
     async def reset(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        t0 = time.monotonic()
-        cfg, row = self.config, self.row
-        await self._close_agent_sandbox()
-        try:
-            if cfg.grade_ahead and self.ahead is None:
-                self.ahead = GradingSandbox(
-                    row, backend=cfg.backend, sandbox_options=cfg.sandbox_options
-                )
-                await self.ahead.__aenter__()
-                self.ahead.start()
-            sb = create_sandbox(
-                cfg.backend, row.image, **sandbox_options_for(cfg.backend, cfg.sandbox_options, row)
-            )
-            await sb.__aenter__()
-            self.sb = sb
-            self.base = await prepare_workspace(sb, row, agent=True, files=self.files)
-            home = default_home(cfg.user)
-            setup = agent_user_script(cfg.user, home, row.workdir)
-            setup += f"mkdir -p {STAGING_DIR} && chmod 755 {STAGING_DIR}\n"
-            await sb.exec(setup, check=True, timeout=300)
-        except Exception as e:  # sandbox or task set-up: not the model's; the runner retries
-            raise FatalEnvError(f"{type(e).__name__}: {e}") from e
+        cfg, row, sb = self.config, self.row, self.sb
+        if sb is None:
+            raise FatalEnvError("no sandbox: the coding env runs on a sandbox it is handed")
+        home = "/root" if cfg.user == "root" else f"/home/{cfg.user}"  # agent_user.py's
         self.ws = Workspace(sb, cfg.user, home, row.workdir, cfg.limits)
-        self.timings["sandbox_s"] = time.monotonic() - t0
         messages = [
             {"role": "system", "content": cfg.system_prompt},
             {"role": "user", "content": await self._task_content(sb)},
         ]
-        return {"messages": messages, "tools": TOOLS}, {"base_commit": self.base}
+        return {"messages": messages, "tools": TOOLS}, {}
 
     async def _task_content(self, sb: Sandbox) -> Any:
         """The task text, then the row's ``problem_images`` read from the prepared workspace."""
@@ -232,48 +183,8 @@ class CodingEnv(BaseInteractionEnv):
             return [{"role": "tool", "name": r["name"], "content": _content(r)} for r in results]
         return {"role": "user", "content": str(observation.get("obs_str", ""))}
 
-    # ---- the end -----------------------------------------------------------------------------------
-    async def evaluate(self) -> EnvOutcome:
-        """Capture the diff and grade it in a clean sandbox (only the diff crosses over)."""
-        cfg, row = self.config, self.row
-        if self.sb is None or self.base is None:
-            return EnvOutcome(None, "infra", "evaluate() before a successful reset()")
-        t0 = time.monotonic()
-        try:
-            diff = await capture_diff(self.sb, row.workdir, base_commit=self.base)
-        except DiffCaptureError as e:  # e.g. the policy deleted .git: its own doing
-            return EnvOutcome(0.0, "model", f"diff: {e}")
-        except SandboxError as e:
-            return EnvOutcome(None, "infra", f"diff: {type(e).__name__}: {e}")
-        finally:
-            self.timings["diff_s"] = time.monotonic() - t0
-        await self._close_agent_sandbox()
-        self.diff_text = diff.text
-        t1 = time.monotonic()
-        result = await grade(
-            row,
-            diff.text,
-            backend=cfg.backend,
-            sandbox_options=cfg.sandbox_options,
-            timeout=cfg.eval_timeout_s,
-            sandbox=self.ahead,
-        )
-        self.timings["grade_s"] = time.monotonic() - t1
-        self.test_log = result.test_log
-        record = {**result.record_fields(), "diff_truncated": diff.truncated_reason}
-        kind = result.failure_kind if result.reward < 1.0 else None
-        return EnvOutcome(result.reward, kind, result.reason, record)
-
-    async def _close_agent_sandbox(self) -> None:
-        sb, self.sb, self.ws = self.sb, None, None
-        if sb is not None:
-            await sb.close()
-
     async def close(self) -> None:
-        await self._close_agent_sandbox()
-        ahead, self.ahead = self.ahead, None
-        if ahead is not None:
-            await ahead.close()
+        self.ws = None  # the sandbox is its owner's
 
 
 def _content(result: dict[str, Any]) -> Any:
@@ -301,25 +212,6 @@ def _typed(name: str, args: Any) -> Any:
     }
 
 
-def build_env(sample: Any = None, args: Any = None, **_: Any) -> CodingEnv:
-    """slime's hook (``rollout_interaction_env_path: coding_agent_rl.env.coding`` (a key of the ``--custom-config-path`` YAML)): the coding
-    env for a sample made from one of our dataset rows. Backend: ``settings.sandbox``
-    (docker); parsers: slime's ``sglang_tool_call_parser`` / ``sglang_reasoning_parser``."""
-    from coding_agent_rl.datasets.prompt import PROBLEM_FILE, render_prompt
-    from coding_agent_rl.datasets.schema import row_from_sample
-
-    conf = settings.current()
-    row = row_from_sample(sample, base_dir=conf.dataset_dir)
-    config = CodingEnvConfig(
-        backend=conf.sandbox,
-        tool_parser=getattr(args, "sglang_tool_call_parser", None) or conf.tool_parser,
-        reasoning_parser=getattr(args, "sglang_reasoning_parser", None),
-        eval_timeout_s=conf.eval_timeout_s,
-        grade_ahead=BACKENDS.load(conf.sandbox).idle_is_free,
-    )
-    return CodingEnv(
-        row,
-        config,
-        prompt=render_prompt(row.problem_statement, row.workdir, conf.prompt_template),
-        files={f"{row.workdir}/{PROBLEM_FILE}": row.problem_statement},
-    )
+# Episodes of this environment run through the rollout pipeline (sandbox, workspace, grading):
+# slime's native entry hands its samples to the shared runtime.
+PIPELINE_AGENT = "native"

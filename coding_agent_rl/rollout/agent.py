@@ -1,10 +1,7 @@
-"""The agent's side of a rollout: its sandbox (with the harness's host files mounted where the
-backend can), the task's workspace in it, and the CLI's run, watched for trainer aborts and
-for the sandbox's resource limits.
-
-Failures are attributed here, at the boundary: the sandbox's creation and the task's set-up
-are infra (``sandbox`` / ``workspace``); a limit the agent hit is the model's (returned as the
-breach, never raised); the trainer's abort is :class:`~coding_agent_rl.errors.RolloutAborted`.
+"""The CLI act's watched run: the harness's host files to mount, and the CLI's run, watched for
+trainer aborts and for the sandbox's resource limits. A limit the agent hit is the model's
+(returned as the breach, never raised); the trainer's abort is
+:class:`~coding_agent_rl.errors.RolloutAborted`.
 """
 
 from __future__ import annotations
@@ -66,24 +63,33 @@ class AgentPhase:
         return opts
 
     async def create_sandbox(self, row: TaskRow, *, template: bool = False) -> Sandbox:
-        """The agent's sandbox, with the harness's host files mounted where the backend can
-        (``template``: one made to be snapshotted, ``Sandbox.template_options``)."""
+        """A started agent sandbox for a prepared supply (``template``: one made to be
+        snapshotted, ``Sandbox.template_options``); the pipeline's own path is
+        :class:`~coding_agent_rl.rollout.sandboxes.FreshSandboxes`."""
         cfg = self.config
-        mounts = await self._agent_mounts()
+        await self.agent_mounts()
         opts = self.sandbox_options(row)
         if template:
             opts = BACKENDS.load(cfg.backend).template_options(opts)
         try:
-            # Each attempt's sandbox destroys what it created when it fails or is cancelled.
-            sb = await admission.start(lambda: create_sandbox(cfg.backend, row.image, **opts))
+            return await admission.start(lambda: create_sandbox(cfg.backend, row.image, **opts))
         except SandboxError as e:
-            if mounts and "mount" in str(e).lower():
-                log.warning("cannot mount the agent CLI (%s); uploading it from now on", e)
-                self._mounts = {}
+            self.mount_failed(e)
             raise InfraFailure(f"sandbox: {e}", stage="sandbox") from e
-        return sb
 
-    async def _agent_mounts(self) -> dict[str, str]:
+    @staticmethod
+    async def prepare_repo(sb: Sandbox, row: TaskRow) -> str:
+        """Run the row's set-up, hide the future from git; returns the base commit id."""
+        async with boundary(InfraFailure, "workspace", stage="workspace", passes=(SandboxError,)):
+            return await prepare_agent_workspace(sb, row)
+
+    def mount_failed(self, error: Exception) -> None:
+        """The agent sandbox failed to start: if its mounts were why, upload from now on."""
+        if self._mounts and "mount" in str(error).lower():
+            log.warning("cannot mount the agent CLI (%s); uploading it from now on", error)
+            self._mounts = {}
+
+    async def agent_mounts(self) -> dict[str, str]:
         """Host files the harness wants in the agent sandbox (``harness.host_mounts()``), where
         the backend can bind-mount host files: read-only instead of uploaded into every
         sandbox. Computed once (the first call may fetch and unpack the CLI)."""
@@ -102,12 +108,6 @@ class AgentPhase:
                 log.warning("agent CLI not mountable (%s); uploading it per sandbox", e)
                 self._mounts = {}
         return self._mounts or {}
-
-    @staticmethod
-    async def prepare_repo(sb: Sandbox, row: TaskRow) -> str:
-        """Run the row's set-up, hide the future from git; returns the base commit id."""
-        async with boundary(InfraFailure, "workspace", stage="workspace", passes=(SandboxError,)):
-            return await prepare_agent_workspace(sb, row)
 
     async def run(
         self, sb: Sandbox, ctx: HarnessContext, prompt: str, sid: str, engine: AbortWatch

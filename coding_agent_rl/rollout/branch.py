@@ -22,8 +22,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from coding_agent_rl.adapter.replay import ReplayPlan
+from coding_agent_rl.rollout.act import BranchTap
 from coding_agent_rl.rollout.config import RolloutConfig, RolloutOutcome
-from coding_agent_rl.rollout.runner import BranchTap, RolloutRunner
+from coding_agent_rl.rollout.runner import RolloutRunner
 from coding_agent_rl.trajectory import build_samples
 from coding_agent_rl.trajectory.branching import in_stretch, pick_branch_turns, stretches
 from coding_agent_rl.trajectory.turn import Turn
@@ -150,7 +151,10 @@ async def grow_root(
         branch_turns=ks, root_turns=len(turns), wall_s=round(time.monotonic() - t0, 3)
     )
     if ks:
-        root.samples = recut_root(root, turns, ks, runner.config, runner.decode) or root.samples
+        root.samples = (
+            recut_root(root, turns, ks, runner.config, getattr(runner.act, "decode", None))
+            or root.samples
+        )
     return TreeMember(root, turns), ks
 
 

@@ -1,34 +1,31 @@
-"""One native rollout (``run --agent native``, ``SWE_AGENT=native``): the coding environment
-driven by the native multi-turn loop, graded like a CLI rollout, written like one.
-
-Same interface, record and failure policy as :class:`RolloutRunner` (whose attempt loop,
-placeholder and artifact helpers it reuses): ``infra`` failures (sandbox, workspace, policy
-server, an environment failing past its retry budget, grading) return one aborted placeholder and
-are retried within ``infra_retries``; the model's outcomes are kept with their reward. The result
-is one sample per rollout (``metadata.segment == "final"``, ``metadata.turns`` per turn).
-Artifacts: ``diff.patch``, ``test_log.txt`` and ``transcript.txt`` (every action and observation
-in full, shown as the agent log by the report).
+"""The native act (``run --agent native``, ``SWE_AGENT=native``): the coding environment driven
+by the native multi-turn loop on the sandbox the pipeline hands it. One sample per rollout
+(``metadata.segment == "final"``, ``metadata.turns`` per turn); the agent log is
+``transcript.txt`` (every action and observation in full).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import pathlib
 from typing import Any
 
-from coding_agent_rl.datasets.prompt import PROBLEM_FILE, render_prompt
+from coding_agent_rl.datasets.prompt import render_prompt
+from coding_agent_rl.datasets.schema import TaskRow
 from coding_agent_rl.env.coding import NO_TOOL_CALL, CodingEnv, CodingEnvConfig
 from coding_agent_rl.env.encoding import ChatEncoder
 from coding_agent_rl.env.episode import ABORTED, LoopConfig
 from coding_agent_rl.env.loop import run_episode
 from coding_agent_rl.env.sample import fill_sample, rollout_metrics
-from coding_agent_rl.env.tools import ToolLimits
-from coding_agent_rl.rollout.attribution import ArtifactBudget, InfraFailure
-from coding_agent_rl.rollout.config import RolloutConfig, RolloutOutcome
-from coding_agent_rl.rollout.record import RolloutRecord
-from coding_agent_rl.rollout.runner import RolloutRunner, SessionHook
-from coding_agent_rl.rollout.timing import Timings
-from coding_agent_rl.sandbox import BACKENDS
+from coding_agent_rl.env.tools import STAGING_DIR, ToolLimits
+from coding_agent_rl.errors import InfraFailure, SandboxError, TaskDataError, boundary
+from coding_agent_rl.harness.agent_user import agent_user_script, default_home
+from coding_agent_rl.rollout.act import ActResult, Job, SessionHook, no_session
+from coding_agent_rl.rollout.attribution import ArtifactBudget
+from coding_agent_rl.rollout.config import RolloutConfig
+from coding_agent_rl.rollout.isolation import AgentNetwork
+from coding_agent_rl.sandbox import Sandbox
+from coding_agent_rl.sandbox.task import task_options
 from coding_agent_rl.settings import default
 from coding_agent_rl.types import Sample
 
@@ -43,6 +40,8 @@ class NativeOptions:
     max_turns: int | None = None  # default: RolloutConfig.max_turns, else 50
     max_response: int | None = None  # response tokens per sample (slime's max_response_len)
     max_env_retries_per_turn: int = 3
+    env_retry_backoff_s: float = 0.25
+    env_step_timeout_s: float | None = None
     on_no_tool_call: str = "submit"  # | "nudge"
     bash_timeout_s: float = 120.0
     max_output_chars: int = 16_000
@@ -57,8 +56,8 @@ class NativeOptions:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
-class NativeRunner(RolloutRunner):
-    """Runs native rollouts against one engine (an SGLang client); safe to use concurrently."""
+class NativeAct:
+    """The policy's tool calls run by the coding environment; shared by a runner's rollouts."""
 
     def __init__(
         self,
@@ -70,24 +69,18 @@ class NativeRunner(RolloutRunner):
         tool_parser: str = default("tool_parser"),
         reasoning_parser: str | None = default("reasoning_parser"),
         on_session_open: SessionHook | None = None,
-        run_id: str | None = None,
-        node: str | None = None,
     ):
-        super().__init__(
-            adapter=None,
-            adapter_url="",
-            harness=None,
-            config=config,
-            decode=lambda ids: encoder.tokenizer.decode(ids, skip_special_tokens=False),
-            on_session_open=on_session_open,
-            run_id=run_id,
-            node=node,
-        )
         self.engine = engine
         self.encoder = encoder
+        self.config = config
         self.options = options or NativeOptions()
         self.tool_parser = tool_parser
         self.reasoning_parser = reasoning_parser
+        self.on_session_open = on_session_open
+        self.network = native_network(config.backend)
+
+    def decode(self, ids: list[int]) -> str:
+        return str(self.encoder.tokenizer.decode(ids, skip_special_tokens=False))
 
     def loop_config(self) -> LoopConfig:
         o, c = self.options, self.config
@@ -96,125 +89,112 @@ class NativeRunner(RolloutRunner):
             max_context=c.max_context,
             max_response=o.max_response,
             max_env_retries_per_turn=o.max_env_retries_per_turn,
+            env_retry_backoff_s=o.env_retry_backoff_s,
+            env_step_timeout_s=o.env_step_timeout_s,
         )
 
-    def make_env(self, row: Any) -> CodingEnv:
-        c, o = self.config, self.options
-        grade_ahead = c.grade_ahead
-        if grade_ahead is None:
-            grade_ahead = BACKENDS.load(c.backend).idle_is_free
+    def make_env(self, row: Any, sb: Sandbox | None = None) -> CodingEnv:
+        o = self.options
         config = CodingEnvConfig(
-            backend=c.backend,
-            sandbox_options=dict(c.sandbox_options),
             tool_parser=self.tool_parser,
             reasoning_parser=self.reasoning_parser,
             user=o.user,
             limits=ToolLimits(bash_timeout_s=o.bash_timeout_s, max_output_chars=o.max_output_chars),
             on_no_tool_call=o.on_no_tool_call,
-            eval_timeout_s=c.eval_timeout_s,
-            grade_ahead=grade_ahead,
         )
-        return CodingEnv(
-            row,
-            config,
-            prompt=render_prompt(row.problem_statement, row.workdir, c.prompt_template),
-            files={f"{row.workdir}/{PROBLEM_FILE}": row.problem_statement},
-        )
+        prompt = render_prompt(row.problem_statement, row.workdir, self.config.prompt_template)
+        return CodingEnv(row, config, prompt=prompt, sandbox=sb)
 
-    async def _attempt(
-        self,
-        row: Any,
-        base: Sample,
-        attempt: int,
-        sampling_params: dict[str, Any] | None,
-        evaluation: bool,
-    ) -> RolloutOutcome:
-        sid, timings, record, art = self._begin(row, base, attempt)
-        env = self.make_env(row)
-        try:
-            samples = await self._guarded(
-                self._native(row, base, sid, env, record, timings, art, sampling_params),
-                base,
-                record,
-            )
-        finally:
-            await env.close()
-        return self._end(sid, samples, record, timings)
+    def session(self, job: Job) -> contextlib.AbstractAsyncContextManager[None]:
+        return no_session(job)
 
-    async def _native(
-        self,
-        row: Any,
-        base: Sample,
-        sid: str,
-        env: CodingEnv,
-        record: RolloutRecord,
-        timings: Timings,
-        art: pathlib.Path | None,
-        sampling_params: dict[str, Any] | None,
-    ) -> list[Sample]:
+    async def sandbox_options(self, row: TaskRow) -> dict[str, Any]:
+        return native_sandbox_options(self.config, self.network, row)
+
+    def sandbox_failed(self, error: Exception) -> None:
+        return None
+
+    async def attach(self, job: Job, sb: Sandbox, stack: contextlib.AsyncExitStack) -> None:
+        return None
+
+    async def prepare(self, job: Job, sb: Sandbox) -> None:
+        async with boundary(InfraFailure, "agent user", stage="workspace", passes=(SandboxError,)):
+            await setup_agent_user(sb, self.options.user, job.row.workdir)
+
+    async def act(self, job: Job, sb: Sandbox) -> ActResult:
+        row, record, timings = job.row, job.record, job.timings
         if self.on_session_open is not None:
             with timings.step("session_open"):
-                await self.on_session_open(sid, row)
-        with timings.phase("agent_s"):
+                await self.on_session_open(job.sid, row)
+        env = self.make_env(row, sb)
+        try:
             episode = await run_episode(
                 env,
                 engine=self.engine,
                 encoder=self.encoder,
-                sampling_params=sampling_params,
+                sampling_params=job.sampling_params,
                 config=self.loop_config(),
-                routing_key=sid,
+                routing_key=job.sid,
             )
-        # reset (sandbox + workspace) ran inside the loop: book it as the sandbox phase.
-        timings.phases["sandbox_s"] = episode.reset_s
-        timings.phases["agent_s"] -= episode.reset_s
+        finally:
+            await env.close()
         timings.steps["env_s"] = sum(t.env_s for t in episode.turns)
         timings.steps["generate_s"] = sum(t.generate_s for t in episode.turns)
         record.set(turns=len(episode.turns), num_segments=1, metrics=rollout_metrics(episode))
-        budget = ArtifactBudget()
-        budget.write(art, "transcript.txt", _transcript(env.transcript))
+        ArtifactBudget().write(job.art, "transcript.txt", _transcript(env.transcript))
+        log = job.art / "transcript.txt" if job.art is not None else None
         if episode.status == ABORTED:
             reason = f"{episode.end}: {episode.reason}"
             if episode.failure_kind == "data":
-                return self._abort(base, record, reason, "data", None)
+                raise TaskDataError(reason)
             raise InfraFailure(reason, stage="env")
-        outcome = await env.evaluate()
-        timings.phases["diff_s"] = env.timings.get("diff_s", 0.0)
-        timings.phases["grade_s"] = env.timings.get("grade_s", 0.0)
-        budget.write(art, "diff.patch", env.diff_text)
-        budget.write(art, "test_log.txt", env.test_log)
-        record.set(artifacts=self._native_artifacts(art))
-        record.set(**outcome.record)
-        if outcome.failure_kind == "infra":
-            raise InfraFailure(f"grading: {outcome.reason}", stage="grading")
-        reward = outcome.reward if outcome.reward is not None else 0.0
-        record.reward = reward
-        record.failure_kind = outcome.failure_kind
-        if reward < 1.0:
-            record.set(fail_reason=outcome.reason or episode.reason)
-        sample = dataclasses.replace(
-            base,
-            session_id=sid,
-            metadata={
-                **base.metadata,
-                "instance_id": row.instance_id,
-                "failure_kind": outcome.failure_kind,
-            },
-        )
-        fill_sample(
-            sample,
-            episode,
-            decode=self.decode or str,
-            reward=reward,
-            metadata={"rollout_reward": reward},
-        )
-        return [sample]
 
-    def _native_artifacts(self, art: pathlib.Path | None) -> dict[str, str]:
-        if art is None or self.config.out_dir is None:
-            return {}
-        root = self.config.out_dir
-        names = {"diff": "diff.patch", "test_log": "test_log.txt", "agent_log": "transcript.txt"}
-        return {k: str((art / v).relative_to(root)) for k, v in names.items() if (art / v).exists()}
+        def samples(reward: float) -> list[Sample]:
+            sample = dataclasses.replace(
+                job.base,
+                session_id=job.sid,
+                metadata={
+                    **job.base.metadata,
+                    "instance_id": row.instance_id,
+                    "failure_kind": record.failure_kind,
+                },
+            )
+            if reward < 1.0 and not record.get("fail_reason") and episode.reason:
+                record.set(fail_reason=episode.reason)
+            fill_sample(
+                sample, episode, decode=self.decode, reward=reward,
+                metadata={"rollout_reward": reward},
+            )  # fmt: skip
+            return [sample]
+
+        return ActResult(samples, agent_log=log)
+
+
+def native_network(backend: str) -> AgentNetwork:
+    """No network for the native agent's sandbox (nothing inside needs one), where the backend
+    can enforce that; else its open network (the record says which)."""
+    try:
+        return AgentNetwork("none", backend)
+    except ValueError:
+        return AgentNetwork("open", backend)
+
+
+def native_sandbox_options(
+    config: RolloutConfig, network: AgentNetwork, row: TaskRow
+) -> dict[str, Any]:
+    return task_options(
+        config.backend,
+        {**config.sandbox_options, **network.options()},
+        resources=row.resources,
+        writable=[row.workdir],
+    )
+
+
+async def setup_agent_user(sb: Sandbox, user: str, workdir: str) -> None:
+    """The repository handed to the unprivileged agent user; the editor's staging folder."""
+    setup = agent_user_script(user, default_home(user), workdir)
+    setup += f"mkdir -p {STAGING_DIR} && chmod 755 {STAGING_DIR}\n"
+    await sb.exec(setup, check=True, timeout=300)
 
 
 def _transcript(pairs: list[tuple[str, str]]) -> str:

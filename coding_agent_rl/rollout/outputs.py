@@ -192,6 +192,12 @@ class MetricTotals:
             ["backend"],
             registry=r,
         )
+        self.step_failures = prom.Counter(
+            "coding_agent_rl_teardown_failures",
+            "rollout teardown steps that failed (each logged; the others still ran), by step",
+            ["step"],
+            registry=r,
+        )
         self.grader_errors = prom.Counter(
             "coding_agent_rl_grader_errors",
             "rollouts whose input made the grader raise (scored as the model's), by stage",
@@ -222,6 +228,8 @@ class MetricTotals:
             self.counters[name].inc(metrics.get(name) or 0)
         for kind in sorted({tamper_kind(str(t)) for t in record.get("tampering") or []}):
             self.tampering.labels(kind).inc()
+        for step in record.get("teardown_failures") or []:
+            self.step_failures.labels(str(step)[:40]).inc()
         for k, v in (record.get("timings") or {}).items():
             self.phases.labels(k.removesuffix("_s")).observe(v)
         for backend, n in TEARDOWN_FAILURES.items():  # this process's, since the run began

@@ -1,4 +1,5 @@
-"""One rollout: adapter session -> agent sandbox -> diff -> clean-sandbox grading -> Samples.
+"""The rollout pipeline: agent sandbox -> act (CLI or native: ``act.py``) -> diff -> clean-sandbox
+grading -> record and samples. Stages: docs/pipeline.md.
 
 Failure policy (``failure_kind``). Once the agent has started, it controls its sandbox (files,
 processes, and any request it sends to the adapter with its own key), so a failure is ``infra``
@@ -29,113 +30,74 @@ Artifacts (diff, agent log, test log) are written under a per-rollout byte budge
 Isolation (``rollout/isolation.py``): the agent sandbox reaches only the adapter by default;
 ``record["isolation"]`` says what the agent and the grader could reach and which limits applied.
 
-The agent's side (its sandbox, workspace, the watched CLI run) is :mod:`agent`; the record is
-:mod:`record` (:class:`~coding_agent_rl.rollout.record.RolloutRecord`).
+Teardown steps run each in its own guard; a failed one is logged and named in the record's
+``teardown_failures`` (counted in metrics.prom).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
-import dataclasses
 import logging
 import pathlib
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any
 
-from coding_agent_rl.adapter.pool import AdapterPool
-from coding_agent_rl.adapter.replay import ReplayPlan
-from coding_agent_rl.adapter.server import AdapterServer
 from coding_agent_rl.adapter.sessions import new_session_id
-from coding_agent_rl.datasets.prompt import render_prompt
 from coding_agent_rl.datasets.schema import TaskRow
 from coding_agent_rl.errors import (
     FailureKind,
     InfraFailure,
     RolloutAborted,
     SandboxError,
+    TaskDataError,
     boundary,
 )
 from coding_agent_rl.grading.defences import Defences
+from coding_agent_rl.grading.diff import CapturedDiff as Diff
 from coding_agent_rl.grading.diff import DiffCaptureError, capture_diff
-from coding_agent_rl.grading.grade import grade
+from coding_agent_rl.grading.grade import GradeResult, grade
 from coding_agent_rl.grading.prepared import GradingSandbox, grading_network
-from coding_agent_rl.harness import AgentRun, BaseHarness, HarnessContext
-from coding_agent_rl.rollout.agent import AgentPhase, settle
-from coding_agent_rl.rollout.attribution import ArtifactBudget, check_agent, file_size
+from coding_agent_rl.grading.workspace import prepare_agent_workspace
+from coding_agent_rl.rollout.act import BRANCH_TAP, Act, ActResult, BranchTap, Job
+from coding_agent_rl.rollout.attribution import ArtifactBudget, file_size
 from coding_agent_rl.rollout.config import RolloutConfig, RolloutOutcome
-from coding_agent_rl.rollout.isolation import AgentNetwork, agent_network_mode
 from coding_agent_rl.rollout.prepare import supply_for
 from coding_agent_rl.rollout.record import RolloutRecord, event
-from coding_agent_rl.rollout.samples import rollout_samples
+from coding_agent_rl.rollout.sandboxes import FreshSandboxes, SandboxSource
+from coding_agent_rl.rollout.teardown import guarded
 from coding_agent_rl.rollout.timing import Timings
 from coding_agent_rl.sandbox import BACKENDS, Sandbox
-from coding_agent_rl.trajectory.turn import Turn
 from coding_agent_rl.types import Sample, aborted_sample
 
 log = logging.getLogger(__name__)
 
-# Called with (session_id, row) once the adapter session is open, e.g. to hand the replay
-# policy the task's gold patch.
-SessionHook = Callable[[str, Any], Awaitable[None]]
-
-
-@dataclasses.dataclass
-class BranchTap:
-    """A tree rollout's hook into :meth:`RolloutRunner.run` (rollout/branch.py): the recorded
-    turns its first requests replay (a branch), and its own turns, kept when it ends."""
-
-    replay: ReplayPlan | None = None
-    turns: list[Turn] = dataclasses.field(default_factory=list)
-
-
-_TAP: contextvars.ContextVar[BranchTap | None] = contextvars.ContextVar("branch_tap", default=None)
-
 
 class RolloutRunner:
-    """Runs rollouts against one adapter and one harness; safe to use concurrently."""
+    """Runs rollouts of one act (CLI or native); safe to use concurrently."""
 
     def __init__(
         self,
         *,
-        adapter: AdapterServer | AdapterPool | None,
-        adapter_url: str,
-        harness: BaseHarness | None,
+        act: Act,
         config: RolloutConfig,
-        decode: Callable[[list[int]], str] | None = None,
-        on_session_open: SessionHook | None = None,
         run_id: str | None = None,
-        network: AgentNetwork | None = None,
         node: str | None = None,
-        url_for: Callable[[str], str] | None = None,
+        sandboxes: SandboxSource | None = None,
     ):
-        """``adapter_url``: the adapter as the agent sandbox sees it (``network.public_url``);
-        ``url_for(sid)`` instead, where each session has its own (an ``AdapterPool``'s process).
-        ``adapter`` and ``harness`` are None for a runner without an agent CLI (native)."""
-        self._adapter = adapter
-        self.adapter_url = adapter_url
-        self.url_for = url_for or (lambda _sid: adapter_url)
-        self.harness = harness
+        self.act = act
         self.config = config
-        self.network = network or AgentNetwork(
-            agent_network_mode(config.agent_network), config.backend
-        )
-        self.decode = decode
-        self.on_session_open = on_session_open
+        self.network = act.network
         self.run_id = run_id or uuid.uuid4().hex[:8]
         self.node = node or socket.gethostname()  # each record's ``node``
-        self.agent = AgentPhase(config, harness, self.network)
-        # Prepared agent sandboxes (pool / one preparation copied per group): rollout/prepare.py.
-        self.sandboxes = supply_for(self.agent)
-
-    @property
-    def adapter(self) -> AdapterServer | AdapterPool:
-        assert self._adapter is not None, "this runner has no adapter"
-        return self._adapter
+        self.sandboxes = sandboxes or FreshSandboxes()
+        # Prepared agent sandboxes (pool / one preparation copied per group) for a CLI act:
+        # rollout/prepare.py. Inactive unless the config asks for it.
+        agent = getattr(act, "agent", None)
+        self.supply = supply_for(agent) if agent is not None else None
 
     async def run(
         self,
@@ -151,11 +113,11 @@ class RolloutRunner:
         attempts = self.config.infra_retries + 1
         outcome: RolloutOutcome | None = None
         for attempt in range(attempts):
-            token = _TAP.set(tap)
+            token = BRANCH_TAP.set(tap)
             try:
                 outcome = await self._attempt(row, base, attempt, sampling_params, evaluation)
             finally:
-                _TAP.reset(token)
+                BRANCH_TAP.reset(token)
             if outcome.record["failure_kind"] != "infra":
                 break
             log.warning(
@@ -179,39 +141,20 @@ class RolloutRunner:
         sampling_params: dict[str, Any] | None,
         evaluation: bool,
     ) -> RolloutOutcome:
-        sid, timings, record, art = self._begin(row, base, attempt)
-        tap = _TAP.get()
-        # The trainer's sampling params win over what the CLI asks for (its max_tokens,
-        # temperature): the tokens are trained as sampled under them; max_new_tokens is a cap.
-        # The trainer's session id (slime: a uuid per sample) routes every turn to one engine.
-        self.adapter.sessions.open(
-            sid,
-            sampling_fixed=sampling_params,
-            max_turns=self.config.max_turns,
-            metadata={"routing_key": base.session_id} if base.session_id else None,
-            replay=tap.replay if tap is not None else None,
-        )
-        try:
-            samples = await self._guarded(
-                self._pipeline(row, base, sid, record, timings, art, evaluation), base, record
-            )
-        finally:
-            with contextlib.suppress(Exception):
-                if tap is not None:  # a tree rollout keeps its turns (rollout/branch.py)
-                    tap.turns = self.adapter.sessions.turns(sid)
-                self.adapter.sessions.close(sid)
-                self.adapter.sessions.pop(sid)
-                self.adapter.engine.forget(sid)
-        return self._end(sid, samples, record, timings)
+        job = self._begin(row, base, attempt, sampling_params, evaluation)
+        async with self.act.session(job):
+            samples = await self._guarded(self._pipeline(job), job)
+        return self._end(job, samples)
 
-    async def _guarded(
-        self, work: Awaitable[list[Sample]], base: Sample, record: RolloutRecord
-    ) -> list[Sample]:
+    async def _guarded(self, work: Awaitable[list[Sample]], job: Job) -> list[Sample]:
         """``work`` within the rollout deadline; a failure becomes the aborted placeholder."""
+        base, record = job.base, job.record
         try:
             return await asyncio.wait_for(work, self.config.deadline)
         except RolloutAborted as e:
             return self._abort(base, record, str(e), "aborted", None)
+        except TaskDataError as e:  # the task's own data (e.g. a prompt that does not fit)
+            return self._abort(base, record, str(e), "data", None)
         except (InfraFailure, SandboxError) as e:  # ours: a stage, or our sandbox API's call
             return self._abort(base, record, f"{type(e).__name__}: {e}", "infra", e.stage)
         except asyncio.TimeoutError:
@@ -225,8 +168,13 @@ class RolloutRunner:
             return self._abort(base, record, reason, "infra", "internal")
 
     def _begin(
-        self, row: TaskRow, base: Sample, attempt: int
-    ) -> tuple[str, Timings, RolloutRecord, pathlib.Path | None]:
+        self,
+        row: TaskRow,
+        base: Sample,
+        attempt: int,
+        sampling_params: dict[str, Any] | None,
+        evaluation: bool,
+    ) -> Job:
         """An attempt's session id, timings, record and artifact folder."""
         # The id is the agent's API key too: 128 random bits (adapter/sessions.py).
         sid = new_session_id(f"{self.run_id}-{row.instance_id}-{base.index}-{attempt}-")
@@ -245,15 +193,17 @@ class RolloutRunner:
         if base.session_id:
             record.set(routing_key=base.session_id)
         event("start", sid, instance_id=row.instance_id, index=base.index, attempt=attempt)
-        return sid, Timings(), record, self._artifact_dir(row, base)
+        art = self._artifact_dir(row, base)
+        return Job(row, base, sid, record, Timings(), art, sampling_params, evaluation)
 
-    def _end(
-        self, sid: str, samples: list[Sample], record: RolloutRecord, timings: Timings
-    ) -> RolloutOutcome:
+    def _end(self, job: Job, samples: list[Sample]) -> RolloutOutcome:
+        record, timings = job.record, job.timings
+        if not record.extra.get("teardown_failures"):
+            record.extra.pop("teardown_failures", None)
         record.set(timings=timings.as_dict(), profile=timings.profile())
         event(
             "end",
-            sid,
+            job.sid,
             reward=record.reward,
             failure_kind=record.failure_kind,
             reason=record.abort_reason or record.get("fail_reason"),
@@ -262,156 +212,144 @@ class RolloutRunner:
         )
         return RolloutOutcome(samples, record.as_dict())
 
-    async def _pipeline(
-        self,
-        row: TaskRow,
-        base: Sample,
-        sid: str,
-        record: RolloutRecord,
-        timings: Timings,
-        art: pathlib.Path | None,
-        evaluation: bool,
-    ) -> list[Sample]:
-        cfg = self.config
-        assert self.harness is not None
-        if self.on_session_open is not None:
-            with timings.step("session_open"):
-                await self.on_session_open(sid, row)
+    # ---- the stages -----------------------------------------------------------------------------
+
+    async def _pipeline(self, job: Job) -> list[Sample]:
         async with contextlib.AsyncExitStack() as stack:
-            # Grading needs the diff only after its set-up: its sandbox is created and prepared
-            # from the image alone while the agent works, and destroyed on every path.
-            ahead = None
-            if self._grade_ahead:
-                ahead = await stack.enter_async_context(
-                    GradingSandbox(
-                        row,
-                        backend=cfg.backend,
-                        sandbox_options=cfg.sandbox_options,
-                        defences=self._defences,
-                    )
-                )
-            with timings.phase("sandbox_s"):
-                with timings.step("agent_sandbox_create"):
-                    # base_commit: None unless the sandbox came prepared (pool, group copy).
-                    sb, base_commit = await self.sandboxes.obtain(row)
-                stack.push_async_callback(sb.close)
-                with timings.step("adapter_attach"):
-                    stop_listener = await self.network.attach(
-                        sb, self.adapter, self.url_for(sid), sid
-                    )
-                if stop_listener is not None:
-                    stack.push_async_callback(stop_listener)
-                record.isolation["limits"] = sb.limits.as_dict() if sb.limits else None
-                # The CLI's install (usually a cached check) touches nothing the workspace set-up
-                # does: it runs alongside; install_s counts only what it adds after.
-                installing = asyncio.ensure_future(self.harness.install(sb))
-                stack.push_async_callback(settle, installing)
-                with timings.step("workspace"):
-                    if base_commit is None:
-                        base_commit = await self.agent.prepare_repo(sb, row)
-            with timings.phase("install_s"):
-                ctx = HarnessContext(
-                    adapter_url=self.url_for(sid),
-                    session_id=sid,
-                    model=cfg.model_name,
-                    workdir=row.workdir,
-                    log_dir=art,
-                )
-                async with boundary(
-                    InfraFailure, "agent install", stage="install", passes=(SandboxError,)
-                ):
-                    with timings.step("install_wait"):
-                        await installing
-                    with timings.step("configure"):
-                        await self.harness.configure(sb, ctx)
+            ahead = await self._grading_ahead(job, stack)
+            sb, base_commit = await self._agent_sandbox(job, stack)
+            with job.timings.phase("install_s"):
+                await self.act.prepare(job, sb)
             if ahead is not None:
                 # While the agent works (mostly waiting on the policy), not while its sandbox is
                 # set up: that is on the critical path, the agent's model turns usually are not.
                 ahead.start()
-            with timings.phase("agent_s"):
-                prompt = render_prompt(row.problem_statement, row.workdir, cfg.prompt_template)
+            with job.timings.phase("agent_s"):
                 cpu0 = await sb.cpu_seconds()
-                agent, breach = await self.agent.run(sb, ctx, prompt, sid, self.adapter.engine)
-                cpu1 = await sb.cpu_seconds()
+                result = await self.act.act(job, sb)
+                cpu1 = await sb.cpu_seconds() if result.breach is None else None
             if cpu0 is not None and cpu1 is not None:  # the agent sandbox's CPU while it ran
-                record.set(agent_cpu_s=round(cpu1 - cpu0, 3))
-            if breach is not None:  # the agent's own doing: the rollout ends here
-                event("limit", sid, breach=breach)
-                record.set(failure_kind="model", fail_reason=breach, limit_breach=breach)
-                await self.adapter.sessions.settled(sid, timeout=10.0)
-                turns = self.adapter.sessions.turns(sid)
-                return rollout_samples(
-                    self.config, self.decode, row, base, sid, turns, record, 0.0, evaluation
+                job.record.set(agent_cpu_s=round(cpu1 - cpu0, 3))
+            if result.breach is not None:  # the agent's own doing: the rollout ends here
+                event("limit", job.sid, breach=result.breach)
+                job.record.set(
+                    failure_kind="model", fail_reason=result.breach, limit_breach=result.breach
                 )
-            assert agent is not None
-            record.agent_exit_code = agent.exit_code
-            record.agent_timed_out = agent.timed_out
-            timings.steps["agent_cli"] = agent.duration_s
-            with timings.step("settled"):
-                await self.adapter.sessions.settled(sid, timeout=10.0)
-            turns = self.adapter.sessions.turns(sid)
-            event(
-                "agent_done",
-                sid,
-                exit_code=agent.exit_code,
-                timed_out=agent.timed_out,
-                turns=len(turns),
-                agent_s=round(agent.duration_s, 3),
-            )
-            check_agent(self.adapter.sessions.errors(sid), agent, turns, record)
-            budget = ArtifactBudget(spent=file_size(agent.host_log_path))
-            with timings.phase("diff_s"):
-                try:
-                    diff = await capture_diff(sb, row.workdir, base_commit=base_commit)
-                except DiffCaptureError as e:  # e.g. the agent deleted .git: its own doing
-                    record.set(failure_kind="model", fail_reason=f"diff: {e}")
-                    return rollout_samples(
-                        self.config, self.decode, row, base, sid, turns, record, 0.0, evaluation
-                    )
-            if diff.truncated_reason:  # never graded as an empty diff
-                record.set(failure_kind="model", fail_reason=diff.truncated_reason)
-                record.set(diff_truncated=diff.truncated_reason)
-                return rollout_samples(
-                    self.config, self.decode, row, base, sid, turns, record, 0.0, evaluation
-                )
-            # Only the diff crosses over to grading. The agent sandbox is destroyed meanwhile;
+                return result.samples(0.0)
+            budget = ArtifactBudget(spent=file_size(result.agent_log))
+            diff = await self._diff(job, sb, base_commit)
+            if diff is None:
+                return result.samples(0.0)
+            # Only the diff crosses over to grading. The agent sandbox is released meanwhile;
             # the stack waits for that before the rollout returns.
-            closing = asyncio.ensure_future(self._close_timed(sb, timings))
+            closing = asyncio.ensure_future(self._release(sb, job))
             stack.push_async_callback(asyncio.wait, [closing])
-            budget.write(art, "diff.patch", diff.data)
-            record.set(artifacts=self._artifacts(art, agent))
-            with timings.phase("grade_s"):
-                t_grade = time.monotonic()
-                result = await grade(
-                    row,
-                    diff.text,
-                    backend=cfg.backend,
-                    sandbox_options=cfg.sandbox_options,
-                    timeout=cfg.eval_timeout_s,
-                    sandbox=ahead,
-                    defences=self._defences,
-                )
-            if ahead is not None:
-                if result.reward < 1.0 and (hit := await ahead.sandbox.limit_breaches()):
-                    result.reason = f"{result.reason} (grading sandbox: {'; '.join(hit)})"
-                with timings.phase("grade_s"), timings.step("grading_sandbox_destroy"):
-                    await ahead.close()
-                if ahead.ready_at is not None:
-                    timings.steps["grading_prepare"] = ahead.prepare_s or 0.0
-                    timings.steps["grading_wait"] = max(0.0, ahead.ready_at - t_grade)
-        budget.write(art, "test_log.txt", result.test_log)
+            budget.write(job.art, "diff.patch", diff.data)
+            job.record.set(artifacts=self._artifacts(job.art, result))
+            graded = await self._grade(job, diff, ahead)
+        budget.write(job.art, "test_log.txt", graded.test_log)
+        return self._score(job, result, diff, graded)
+
+    async def _grading_ahead(
+        self, job: Job, stack: contextlib.AsyncExitStack
+    ) -> GradingSandbox | None:
+        """Grading needs the diff only after its set-up: its sandbox is created and prepared
+        from the image alone while the agent works, and destroyed on every path."""
+        if not self._grade_ahead:
+            return None
+        return await stack.enter_async_context(
+            GradingSandbox(
+                job.row,
+                backend=self.config.backend,
+                sandbox_options=self.config.sandbox_options,
+                defences=self._defences,
+            )
+        )
+
+    async def _agent_sandbox(
+        self, job: Job, stack: contextlib.AsyncExitStack
+    ) -> tuple[Sandbox, str]:
+        """The agent's sandbox (from :attr:`sandboxes`), the act attached, the workspace set up;
+        returns it with the base commit. Released on every path."""
+        row, timings = job.row, job.timings
+        with timings.phase("sandbox_s"):
+            with timings.step("agent_sandbox_create"):
+                base_commit: str | None = None
+                if self.supply is not None and self.supply.active:
+                    # Prepared ahead (workspace set up, CLI installed, no session key).
+                    sb, base_commit = await self.supply.obtain(row)
+                    job.prepared.append(sb)
+                    stack.push_async_callback(self._release, sb, job)
+                else:
+                    options = await self.act.sandbox_options(row)
+                    try:
+                        sb = await self.sandboxes.acquire(self.config.backend, row.image, options)
+                    except SandboxError as e:
+                        self.act.sandbox_failed(e)
+                        raise InfraFailure(f"sandbox: {e}", stage="sandbox") from e
+                    stack.push_async_callback(self._release, sb, job)
+            job.record.isolation["limits"] = sb.limits.as_dict() if sb.limits else None
+            await self.act.attach(job, sb, stack)
+            if base_commit is None:
+                with timings.step("workspace"):
+                    async with boundary(
+                        InfraFailure, "workspace", stage="workspace", passes=(SandboxError,)
+                    ):
+                        base_commit = await prepare_agent_workspace(sb, row)
+        return sb, base_commit
+
+    async def _diff(self, job: Job, sb: Sandbox, base_commit: str) -> Diff | None:
+        """The agent's diff; None (recorded as the model's failure) when it cannot be graded."""
+        with job.timings.phase("diff_s"):
+            try:
+                diff = await capture_diff(sb, job.row.workdir, base_commit=base_commit)
+            except DiffCaptureError as e:  # e.g. the agent deleted .git: its own doing
+                job.record.set(failure_kind="model", fail_reason=f"diff: {e}")
+                return None
+        if diff.truncated_reason:  # never graded as an empty diff
+            job.record.set(failure_kind="model", fail_reason=diff.truncated_reason)
+            job.record.set(diff_truncated=diff.truncated_reason)
+            return None
+        return diff
+
+    async def _grade(self, job: Job, diff: Diff, ahead: GradingSandbox | None) -> GradeResult:
+        cfg, timings = self.config, job.timings
+        with timings.phase("grade_s"):
+            t_grade = time.monotonic()
+            result = await grade(
+                job.row,
+                diff.text,
+                backend=cfg.backend,
+                sandbox_options=cfg.sandbox_options,
+                timeout=cfg.eval_timeout_s,
+                sandbox=ahead,
+                defences=self._defences,
+            )
+        if ahead is not None:
+            if result.reward < 1.0 and (hit := await ahead.sandbox.limit_breaches()):
+                result.reason = f"{result.reason} (grading sandbox: {'; '.join(hit)})"
+            with timings.phase("grade_s"), timings.step("grading_sandbox_destroy"):
+                failed = job.record.extra.setdefault("teardown_failures", [])
+                await guarded("grading_sandbox", ahead.close, failed, job.sid)
+            if ahead.ready_at is not None:
+                timings.steps["grading_prepare"] = ahead.prepare_s or 0.0
+                timings.steps["grading_wait"] = max(0.0, ahead.ready_at - t_grade)
+        return result
+
+    def _score(self, job: Job, result: ActResult, diff: Diff, graded: GradeResult) -> list[Sample]:
+        record = job.record
         record.set(
-            reward=result.reward, **result.record_fields(), diff_truncated=diff.truncated_reason
+            reward=graded.reward, **graded.record_fields(), diff_truncated=diff.truncated_reason
         )
-        if result.failure_kind == "infra":
-            raise InfraFailure(f"grading: {result.reason}", stage="grading")
-        record.failure_kind = result.failure_kind if result.reward < 1.0 else None
-        if result.reward < 1.0:
+        if graded.failure_kind == "infra":
+            raise InfraFailure(f"grading: {graded.reason}", stage="grading")
+        record.failure_kind = graded.failure_kind if graded.reward < 1.0 else None
+        if graded.reward < 1.0:
             record.abort_reason = None
-            record.set(fail_reason=result.reason)
-        return rollout_samples(
-            self.config, self.decode, row, base, sid, turns, record, result.reward, evaluation
-        )
+            record.set(fail_reason=graded.reason)
+        return result.samples(graded.reward)
+
+    # ---- helpers ---------------------------------------------------------------------------------
 
     @property
     def _defences(self) -> Defences:
@@ -426,10 +364,16 @@ class RolloutRunner:
         ahead = self.config.grade_ahead
         return ahead if ahead is not None else BACKENDS.load(self.config.backend).idle_is_free
 
-    @staticmethod
-    async def _close_timed(sb: Sandbox, timings: Timings) -> None:
-        with timings.step("agent_sandbox_destroy"):
-            await sb.close()
+    async def _release(self, sb: Sandbox, job: Job) -> None:
+        """The agent sandbox back to :attr:`sandboxes` (once; later calls are no-ops)."""
+        if sb in job.released:
+            return
+        job.released.append(sb)
+        with job.timings.step("agent_sandbox_destroy"):
+            failed = job.record.extra.setdefault("teardown_failures", [])
+            # A prepared sandbox is its supply's: closing it tells the supply (a copy's snapshot).
+            release = sb.close if sb in job.prepared else lambda: self.sandboxes.release(sb)
+            await guarded("agent_sandbox", release, failed, job.sid)
 
     def _abort(
         self,
@@ -450,12 +394,12 @@ class RolloutRunner:
         d.mkdir(parents=True, exist_ok=True)
         return d
 
-    def _artifacts(self, art: pathlib.Path | None, agent: AgentRun) -> dict[str, str]:
+    def _artifacts(self, art: pathlib.Path | None, result: ActResult) -> dict[str, str]:
         if art is None or self.config.out_dir is None:
             return {}
         root = self.config.out_dir
         out = {"diff": str((art / "diff.patch").relative_to(root))}
-        if agent.host_log_path:
-            out["agent_log"] = str(pathlib.Path(agent.host_log_path).relative_to(root))
+        if result.agent_log:
+            out["agent_log"] = str(pathlib.Path(result.agent_log).relative_to(root))
         out["test_log"] = str((art / "test_log.txt").relative_to(root))
         return out

@@ -8,6 +8,7 @@ from typing import Any
 
 from coding_agent_rl import settings
 from coding_agent_rl.multimodal.parts import ImageSettings
+from coding_agent_rl.rollout.cli_act import CliAct
 from coding_agent_rl.rollout.config import RolloutConfig
 from coding_agent_rl.rollout.orphans import OrphanReaper
 from coding_agent_rl.rollout.runner import RolloutRunner
@@ -41,6 +42,8 @@ class RuntimeConfig:
     # Adapter processes (``adapter/pool.py``); None: ``settings.adapter_processes`` (default 1:
     # the adapter serves from this process).
     adapter_processes: int | None = None
+    # Chat-template arguments of the native agent's encoder (slime's apply_chat_template_kwargs).
+    template_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if bool(self.sglang_url) == bool(self.policy):
@@ -146,17 +149,16 @@ class Runtime:
             public_url,
             " (a socket inside each sandbox)" if network.inside else "",
         )
-        harness = get_harness(cfg.agent, **cfg.harness_options)
-        self.runner = RolloutRunner(
+        act = CliAct(
             adapter=self.adapter,
             adapter_url=public_url,
-            harness=harness,
+            harness=get_harness(cfg.agent, **cfg.harness_options),
             config=cfg.rollout,
             decode=lambda ids: self.tokenizer.decode(ids),
             on_session_open=on_open,
             network=network,
-            node=cfg.node,
         )
+        self.runner = RolloutRunner(act=act, config=cfg.rollout, node=cfg.node)
         return self
 
     async def _start_pool(
@@ -183,7 +185,7 @@ class Runtime:
         log.info(
             "%d adapter processes on %s; agent network %s", processes, ", ".join(urls), network.mode
         )
-        self.runner = RolloutRunner(
+        act = CliAct(
             adapter=pool,
             adapter_url=network.public_url(pool.ports()[0]),
             harness=get_harness(cfg.agent, **cfg.harness_options),
@@ -191,9 +193,9 @@ class Runtime:
             decode=lambda ids: self.tokenizer.decode(ids),
             on_session_open=on_open,
             network=network,
-            node=cfg.node,
             url_for=lambda sid: network.public_url(pool.port_for(sid)),
         )
+        self.runner = RolloutRunner(act=act, config=cfg.rollout, node=cfg.node)
         return self
 
     def _vision_path(self) -> str | None:
@@ -213,45 +215,55 @@ class Runtime:
         path = self._vision_path()
         return None if path is None else VisionProcessor.load(path, self.tokenizer)
 
-    def _native_runner(self, sglang_url: str | None, on_open: Any) -> Any:
+    def _native_runner(self, sglang_url: str | None, on_open: Any) -> RolloutRunner:
         from coding_agent_rl.env.encoding import ChatEncoder
         from coding_agent_rl.model.sglang import SGLangClient
-        from coding_agent_rl.rollout.native import NativeOptions, NativeRunner
+        from coding_agent_rl.rollout.native import NativeAct, NativeOptions
 
         cfg = self.config
         assert sglang_url is not None
         self.engine = SGLangClient(sglang_url)
-        return NativeRunner(
+        encoder = ChatEncoder(
+            self.tokenizer,
+            template_kwargs=cfg.template_kwargs or None,
+            vision=self.vision,
+            images=cfg.images,
+        )
+        act = NativeAct(
             engine=self.engine,
-            encoder=ChatEncoder(self.tokenizer, vision=self.vision, images=cfg.images),
+            encoder=encoder,
             config=cfg.rollout,
             options=NativeOptions(**cfg.harness_options),
             tool_parser=cfg.tool_parser,
             reasoning_parser=cfg.reasoning_parser,
             on_session_open=on_open,
-            node=cfg.node,
         )
+        return RolloutRunner(act=act, config=cfg.rollout, node=cfg.node)
 
     async def stop(self) -> None:
-        sandboxes = getattr(self.runner, "sandboxes", None)  # prepared ones not claimed
-        if sandboxes is not None:
-            await sandboxes.close()
+        """Stop what :meth:`start` started (a second call does nothing)."""
+        supply = getattr(self.runner, "supply", None)  # prepared sandboxes not claimed
+        if supply is not None:
+            await supply.close()
         if self.reaper is not None:
             await self.reaper.stop()
             self.reaper = None
-        if self.engine is not None:
-            await self.engine.close()
-        if self.adapter is not None:
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            await engine.close()
+        adapter, self.adapter = self.adapter, None
+        if adapter is not None:
             from coding_agent_rl.adapter.pool import AdapterPool
 
-            if isinstance(self.adapter, AdapterPool):
-                await self.adapter.stop()
+            if isinstance(adapter, AdapterPool):
+                await adapter.stop()
             elif self.config.in_thread:
-                self.adapter.stop_thread()
+                adapter.stop_thread()
             else:
-                await self.adapter.stop()
-        if self.policy_server is not None:
-            await self.policy_server.stop()
+                await adapter.stop()
+        server, self.policy_server = self.policy_server, None
+        if server is not None:
+            await server.stop()
         if self._installed:
             settings.install(self._previous_settings)
             self._installed = False

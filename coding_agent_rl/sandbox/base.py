@@ -23,7 +23,7 @@ from coding_agent_rl.errors import SandboxError, UserError
 from coding_agent_rl.sandbox import admission
 
 if TYPE_CHECKING:
-    from coding_agent_rl.sandbox.limits import Limits
+    from coding_agent_rl.limits import Limits
     from coding_agent_rl.sandbox.snapshot import Snapshot
 
 DEFAULT_OUTPUT_CAP = 10 * 1024 * 1024

@@ -14,7 +14,7 @@ import os
 import pathlib
 import uuid
 
-from coding_agent_rl.sandbox.limits import Limits
+from coding_agent_rl.limits import Limits
 
 ROOT = pathlib.Path("/sys/fs/cgroup")
 # Inside a container the group is mounted at the root of each hierarchy.

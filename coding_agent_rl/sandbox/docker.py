@@ -28,6 +28,7 @@ import requests.exceptions
 import tenacity
 
 from coding_agent_rl import settings
+from coding_agent_rl.limits import DEFAULT_LIMITS, RESOURCE_KEYS, Limits, resolve_limits
 from coding_agent_rl.sandbox import cgroups, docker_files
 from coding_agent_rl.sandbox import docker_engine as engine
 from coding_agent_rl.sandbox import docker_isolation as iso
@@ -44,7 +45,6 @@ from coding_agent_rl.sandbox.base import (
 )
 from coding_agent_rl.sandbox.docker_engine import gateway_ip, gc
 from coding_agent_rl.sandbox.docker_exec import ExecRun, container_running, reap, run_exec
-from coding_agent_rl.sandbox.limits import DEFAULT_LIMITS, RESOURCE_KEYS, Limits, resolve_limits
 from coding_agent_rl.sandbox.netns import listen_in_netns
 from coding_agent_rl.sandbox.options import parse_options
 from coding_agent_rl.sandbox.reaper import TOKEN_ENV, new_token
@@ -60,7 +60,7 @@ _D = DEFAULT_LIMITS
 
 @dataclasses.dataclass
 class DockerOptions:
-    # Limits (sandbox/limits.py: defaults and why; None = unlimited).
+    # Limits (limits.py: defaults and why; None = unlimited).
     cpus: float | None = _D.cpus  # CPU quota, e.g. 2 or 0.5
     memory: str | int | None = _D.memory  # "4g" or bytes; swap = memory
     pids: int | None = _D.pids

@@ -15,9 +15,9 @@ from typing import Any
 
 import docker.types
 
+from coding_agent_rl.limits import ROOT_CAPS, Limits, human_size, warn_once
 from coding_agent_rl.sandbox import cgroups
 from coding_agent_rl.sandbox.disk import CappedDisk, unavailable_reason
-from coding_agent_rl.sandbox.limits import ROOT_CAPS, Limits, human_size, warn_once
 
 DEFAULT_DISK_PATHS = ("/tmp", "/var/tmp", "/run/lock", "/home")
 UPPER_CHECK_S = 15.0  # how often the writable layer (the backstop) is measured

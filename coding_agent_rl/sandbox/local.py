@@ -21,6 +21,13 @@ import subprocess
 import time
 from typing import Any
 
+from coding_agent_rl.limits import (
+    DEFAULT_LIMITS,
+    RESOURCE_KEYS,
+    ROOT_CAPS,
+    Limits,
+    resolve_limits,
+)
 from coding_agent_rl.sandbox import cgroups, local_orphans, rootfs
 from coding_agent_rl.sandbox.base import (
     DEFAULT_OUTPUT_CAP,
@@ -32,13 +39,6 @@ from coding_agent_rl.sandbox.base import (
     SandboxFileNotFound,
 )
 from coding_agent_rl.sandbox.capture import CappedBuffer
-from coding_agent_rl.sandbox.limits import (
-    DEFAULT_LIMITS,
-    RESOURCE_KEYS,
-    ROOT_CAPS,
-    Limits,
-    resolve_limits,
-)
 from coding_agent_rl.sandbox.local_limits import LocalLimits
 from coding_agent_rl.sandbox.local_view import (
     build_view,
@@ -66,7 +66,7 @@ _D = DEFAULT_LIMITS
 @dataclasses.dataclass
 class LocalOptions:
     network: str = "none"  # "none" | "host"
-    memory: str | int | None = _D.memory  # limits: see sandbox/limits.py (None = unlimited)
+    memory: str | int | None = _D.memory  # limits: see limits.py (None = unlimited)
     cpus: float | None = _D.cpus
     pids: int | None = _D.pids
     disk: str | int | None = _D.disk

@@ -17,9 +17,9 @@ import pathlib
 import shlex
 import tempfile
 
+from coding_agent_rl.limits import Limits, warn_once
 from coding_agent_rl.sandbox import cgroups
 from coding_agent_rl.sandbox.disk import CappedDisk, unavailable_reason
-from coding_agent_rl.sandbox.limits import Limits, warn_once
 
 
 class LocalLimits:

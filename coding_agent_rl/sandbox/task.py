@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from coding_agent_rl.limits import warn_once
 from coding_agent_rl.sandbox import BACKENDS
-from coding_agent_rl.sandbox.limits import warn_once
 
 # What every task sandbox writes besides its workdir, made writable where the image is
 # read-only (``Sandbox.read_only_image``): users and git's system config (/etc), our own tree

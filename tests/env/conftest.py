@@ -109,17 +109,18 @@ def rows(example_images: None, example_rows: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture
 async def fresh_env_generate() -> AsyncIterator[None]:
-    """coding_agent_rl.env.generate's per-process state, emptied around a test (its clients are
-    bound to the test's event loop)."""
-    from coding_agent_rl.env import generate as env_generate
+    """coding_agent_rl.generate_native's per-process runtime, emptied around a test and stopped
+    after it (its clients are bound to the test's event loop)."""
+    from coding_agent_rl import generate_native
 
-    env_generate._states.clear()
-    env_generate._lock = None
+    def clear() -> None:
+        generate_native._runtime = generate_native._runtime_lock = generate_native._writer = None
+
+    clear()
     yield
-    for state in env_generate._states.values():
-        await state.client.close()
-    env_generate._states.clear()
-    env_generate._lock = None
+    if generate_native._runtime is not None:
+        await generate_native._runtime.stop()
+    clear()
 
 
 @pytest.fixture

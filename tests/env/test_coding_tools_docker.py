@@ -11,9 +11,13 @@ import time
 import pytest
 from support.rollout_helpers import RUN_ID, containers
 
-from coding_agent_rl.env import coding, editor
+from coding_agent_rl.env import editor
 from coding_agent_rl.env.coding import CodingEnv, CodingEnvConfig
 from coding_agent_rl.env.tools import ToolLimits
+from coding_agent_rl.grading import workspace
+from coding_agent_rl.rollout.config import RolloutConfig
+from coding_agent_rl.rollout.native import native_network, native_sandbox_options, setup_agent_user
+from coding_agent_rl.rollout.sandboxes import FreshSandboxes
 
 pytestmark = [pytest.mark.docker]
 
@@ -22,9 +26,27 @@ def call(name: str, **arguments) -> str:
     return f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(arguments)}}}\n</tool_call>'
 
 
+class SandboxedEnv(CodingEnv):
+    """The coding env on a sandbox prepared as the rollout pipeline prepares the native act's
+    (created, workspace set up, the repository handed to the agent user); destroyed on close."""
+
+    async def reset(self):
+        config = RolloutConfig(sandbox_options={"run_id": RUN_ID})
+        opts = native_sandbox_options(config, native_network(config.backend), self.row)
+        self.sb = await FreshSandboxes().acquire(config.backend, self.row.image, opts)
+        base = await workspace.prepare_agent_workspace(self.sb, self.row)
+        await setup_agent_user(self.sb, self.config.user, self.row.workdir)
+        obs, info = await super().reset()
+        return obs, {**info, "base_commit": base}
+
+    async def close(self):
+        await super().close()
+        if self.sb is not None:
+            await self.sb.close()
+
+
 def env_for(row, **config) -> CodingEnv:
-    cfg = CodingEnvConfig(sandbox_options={"run_id": RUN_ID}, grade_ahead=False, **config)
-    return CodingEnv(row, cfg, prompt="Fix the bug.")
+    return SandboxedEnv(row, CodingEnvConfig(**config), prompt="Fix the bug.")
 
 
 async def bash(env: CodingEnv, command: str, **extra) -> tuple[str, dict]:
@@ -208,14 +230,14 @@ async def test_future_commits_are_scrubbed_as_for_cli_rollouts(rows, monkeypatch
     path's function (agent=True: scrub): `git log --all` shows no fix. Defence off (the workspace
     prepared without the scrub): the fix is one command away."""
     row = dataclasses.replace(rows["slugify"], pre_commands=(FUTURE,))
-    original = coding.prepare_workspace
+    original = workspace.prepare_workspace
 
     async def unscrubbed(sb, row, *, agent, **kw):
         return await original(sb, row, agent=False, **kw)
 
     for scrub in (True, False):
         if not scrub:
-            monkeypatch.setattr(coding, "prepare_workspace", unscrubbed)
+            monkeypatch.setattr(workspace, "prepare_workspace", unscrubbed)
         e = env_for(row)
         await e.reset()
         try:

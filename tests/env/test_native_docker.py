@@ -146,16 +146,16 @@ async def test_env_failures(rows, tmp_path):
         rollout=cfg,
         harness_options={"max_env_retries_per_turn": 2},
     ) as rt:
-        base_make = rt.runner.make_env
+        base_make = rt.runner.act.make_env
 
-        def make_env(row):
-            env = base_make(row)
+        def make_env(row, sb):
+            env = base_make(row, sb)
             kind = make[row.instance_id]
             if kind == "kill":
-                return KillOnceEnv(row, env.config, prompt=env.prompt, files=env.files)
-            return FlakyEnv(row, env.config, prompt=env.prompt, files=env.files, mode=kind)
+                return KillOnceEnv(row, env.config, prompt=env.prompt, sandbox=sb)
+            return FlakyEnv(row, env.config, prompt=env.prompt, sandbox=sb, mode=kind)
 
-        rt.runner.make_env = make_env
+        rt.runner.act.make_env = make_env
         make.update({rows["slugify"].instance_id: "once", rows["pager"].instance_id: "always"})
         make[rows["editor"].instance_id] = "kill"
         jobs = [
@@ -179,7 +179,8 @@ async def test_env_failures(rows, tmp_path):
 
 async def test_coding_env_through_slimes_call_path(rows, tmp_path, fresh_env_generate, monkeypatch):
     """``rollout_interaction_env_path: coding_agent_rl.env.coding`` (a key of the ``--custom-config-path`` YAML) with slime's Sample class and
-    generate_and_rm: the env grades (reward set, slime's RM skipped); statuses are slime's."""
+    generate_and_rm: the rollout pipeline grades (reward set, slime's RM skipped); statuses are
+    slime's."""
     from support.rollout_helpers import EXAMPLES, TASKS
 
     from coding_agent_rl.policy.scripted import ScriptedPolicy
@@ -198,7 +199,7 @@ async def test_coding_env_through_slimes_call_path(rows, tmp_path, fresh_env_gen
     config.write_text("max_turns: 10\nrollout_interaction_env_path: coding_agent_rl.env.coding\n")
     args = slime_args(
         url,
-        custom_generate_function_path="coding_agent_rl.env.generate.generate",
+        custom_generate_function_path="coding_agent_rl.generate_native.generate",
         custom_rm_path="support.slime_path.calc_reward",
         custom_config_path=str(config),
     )
@@ -221,9 +222,9 @@ async def test_coding_env_through_slimes_call_path(rows, tmp_path, fresh_env_gen
     RM_CALLS.clear()
     sampling = {"temperature": 1.0, "max_new_tokens": 2048}
     try:
-        solved, gave_up = await asyncio.gather(
-            *(generate_and_rm(args, s, dict(sampling)) for s in samples)
-        )
+        results = await asyncio.gather(*(generate_and_rm(args, s, dict(sampling)) for s in samples))
+        # One sample each (slime may hand back the pipeline's one-sibling list unwrapped).
+        solved, gave_up = (r[0] if isinstance(r, list) else r for r in results)
     finally:
         await server.stop()
     assert RM_CALLS == []  # the env's grade is the reward
@@ -273,3 +274,17 @@ async def test_swe_agent_native_through_the_main_generate(rows, monkeypatch):
     out[0].check()
     assert out[0].metadata["turns"] and await gen.reward(args, out[0]) == 1.0
     assert containers(default_run_id()) == []
+
+
+async def test_a_prompt_over_the_context_budget_is_the_tasks_data(rows, tmp_path):
+    """The task's prompt does not fit the context budget: a ``data`` placeholder, not retried
+    (an infra failure would be), its sandboxes destroyed."""
+    row = rows["pager"]
+    async with runtime(
+        policy="replay", agent="native", rollout=native(tmp_path, max_context=64)
+    ) as rt:
+        outcome = await rt.runner.run(row, base_sample(row, 0))
+    r = outcome.record
+    assert (r["failure_kind"], r["retries"]) == ("data", 0), r
+    assert "prompt_too_long" in r["abort_reason"] and outcome.samples[0].remove_sample
+    assert containers() == []

@@ -1,5 +1,5 @@
 """The native loop driven through slime's call path (slime's own code, vendored: tests/support/slime_vendor.py, through slime_path.py): a slime-style
-``args`` namespace (``--custom-generate-function-path coding_agent_rl.env.generate.generate``,
+``args`` namespace (``--custom-generate-function-path coding_agent_rl.generate_native.generate``,
 ``rollout_interaction_env_path`` as a file path or a module, ``--custom-config-path`` YAML), a
 ``Sample`` class with slime's plain nested ``Status`` enum, ``generate_and_rm``'s branches, and
 the conversion to training data. The policy is the real CPU server over HTTP."""
@@ -21,7 +21,8 @@ from support.slime_path import (
 from support.slime_vendor import fresh_state
 from support.vision_helpers import png
 
-from coding_agent_rl.env import generate as env_generate
+from coding_agent_rl import generate_native
+from coding_agent_rl.env import slime_config
 from coding_agent_rl.tokenizer import qwen3_tokenizer_dir
 
 CALC_ENV = str(__import__("pathlib").Path(__file__).parents[1].joinpath("support", "calc_env.py"))
@@ -46,7 +47,7 @@ def slime_args(url: str, tmp_path, **overrides) -> types.SimpleNamespace:
         "rollout_max_response_len": 2048,
         "sglang_tool_call_parser": "qwen25",
         "sglang_reasoning_parser": "qwen3",
-        "custom_generate_function_path": "coding_agent_rl.env.generate.generate",
+        "custom_generate_function_path": "coding_agent_rl.generate_native.generate",
         "custom_rm_path": "support.slime_path.calc_reward",
         "rollout_interaction_env_path": CALC_ENV,
         "custom_config_path": str(config),
@@ -109,7 +110,7 @@ async def test_yaml_settings_on_args_win_and_truncation_is_slimes_member(served,
 async def test_an_env_failure_returns_slimes_aborted_placeholder(served, tmp_path):
     args = slime_args(served, tmp_path)
     RM_CALLS.clear()
-    built = env_generate.load_env_module(CALC_ENV).BUILT  # the module slime's path loaded
+    built = slime_config.load_env_module(CALC_ENV).BUILT  # the module slime's path loaded
     built.clear()
     out = await generate_and_rm(args, calc_sample(3, fail="always"), dict(SAMPLING))
     assert out.status is SlimeSample.Status.ABORTED and out.remove_sample
@@ -130,7 +131,7 @@ async def test_an_env_failure_returns_slimes_aborted_placeholder(served, tmp_pat
 )
 async def test_misconfiguration_is_one_clear_line_per_sample(served, tmp_path, change, words):
     args = slime_args(served, tmp_path, **change)
-    out = await env_generate.generate(args, calc_sample(4), dict(SAMPLING))
+    out = await generate_native.generate(args, calc_sample(4), dict(SAMPLING))
     assert out.status is SlimeSample.Status.ABORTED and words in out.metadata["abort_reason"]
 
 
@@ -165,8 +166,27 @@ async def test_slimes_abort_flag_ends_the_episode(served, tmp_path):
     state = fresh_state(args)
     state.aborted = True
     try:
-        out = await env_generate.generate(args, calc_sample(9), dict(SAMPLING))
+        out = await generate_native.generate(args, calc_sample(9), dict(SAMPLING))
     finally:
         state.reset()
     assert out.status is SlimeSample.Status.ABORTED and out.remove_sample
     assert out.metadata["failure_kind"] == "aborted" and "aborted" in out.metadata["abort_reason"]
+
+
+def test_a_slime_process_exits_with_its_client_sessions_closed(tmp_path):
+    """slime's loop runs in a daemon thread and nobody stops our runtime: its HTTP client
+    sessions are closed at exit (before, aiohttp warned 'Unclosed client session')."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parents[1] / "support" / "slime_exit_script.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "native.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "STATUS COMPLETED 2" in proc.stdout, proc.stdout
+    assert "Unclosed" not in proc.stderr, proc.stderr[-3000:]

@@ -28,14 +28,14 @@ async def test_rollouts_over_two_adapter_processes(rows):
         pool = rt.adapter
         pids, pool_ports = pool.pids(), pool.ports()
         assert len(pids) == 2 and all(map(alive, pids))
-        url_for = rt.runner.url_for
+        url_for = rt.runner.act.url_for
 
         def spy(sid: str) -> str:
             url = url_for(sid)
             ports[sid] = pool.port_for(sid)
             return url
 
-        rt.runner.url_for = spy
+        rt.runner.act.url_for = spy
         popped: dict[str, list] = {}
         pop = pool.sessions.pop
 

@@ -454,7 +454,7 @@ def test_build_env_falls_back_to_positional_arguments():
     ``build_env(sample, args)``: an env module with other parameter names still loads."""
     import types as pytypes
 
-    from coding_agent_rl.env.generate import build_env
+    from coding_agent_rl.env.slime_config import build_env
 
     made = []
     module = pytypes.SimpleNamespace(build_env=lambda s, a: made.append((s, a)) or "env")

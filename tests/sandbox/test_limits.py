@@ -7,11 +7,7 @@ import pytest
 from support import BASE_IMAGE
 
 from coding_agent_rl.grading.prepared import grading_network, sandbox_options_for
-from coding_agent_rl.rollout.isolation import AgentNetwork, agent_network_mode
-from coding_agent_rl.sandbox import cgroups, create_sandbox
-from coding_agent_rl.sandbox.base import NetworkUnsupported
-from coding_agent_rl.sandbox.docker_isolation import disk_paths, host_config_kwargs
-from coding_agent_rl.sandbox.limits import (
+from coding_agent_rl.limits import (
     DEFAULT_LIMITS,
     GIB,
     ROOT_CAPS,
@@ -20,6 +16,10 @@ from coding_agent_rl.sandbox.limits import (
     parse_size,
     resolve_limits,
 )
+from coding_agent_rl.rollout.isolation import AgentNetwork, agent_network_mode
+from coding_agent_rl.sandbox import cgroups, create_sandbox
+from coding_agent_rl.sandbox.base import NetworkUnsupported
+from coding_agent_rl.sandbox.docker_isolation import disk_paths, host_config_kwargs
 from coding_agent_rl.sandbox.task import task_options
 
 

@@ -142,20 +142,21 @@ def base_sample(row: TaskRow, index: int, group: int | None = None) -> Sample:
 
 def runner_with(rt: Any, **changes: Any) -> Any:
     """A second runner on ``rt``'s adapter: another harness or config, same policy."""
+    from coding_agent_rl.rollout.cli_act import CliAct
     from coding_agent_rl.rollout.runner import RolloutRunner
 
-    base = rt.runner
+    act = rt.runner.act
     fields = {
-        "adapter": base.adapter,
-        "adapter_url": base.adapter_url,
-        "harness": base.harness,
-        "config": base.config,
-        "decode": base.decode,
-        "on_session_open": base.on_session_open,
-        "network": base.network,
+        "adapter": act.adapter,
+        "adapter_url": act.adapter_url,
+        "harness": act.harness,
+        "config": rt.runner.config,
+        "decode": act.decode,
+        "on_session_open": act.on_session_open,
+        "network": act.network,
     }
     fields.update(changes)
-    return RolloutRunner(**fields)
+    return RolloutRunner(act=CliAct(**fields), config=fields["config"])
 
 
 # ---- checks -------------------------------------------------------------------------------------

@@ -78,8 +78,8 @@ def _sdk_run_kwargs() -> dict[str, Any]:
     """Our default limits and privileges as the docker SDK's ``containers.run`` arguments."""
     import docker.types
 
-    from coding_agent_rl.sandbox.limits import DEFAULT_LIMITS as L
-    from coding_agent_rl.sandbox.limits import ROOT_CAPS
+    from coding_agent_rl.limits import DEFAULT_LIMITS as L
+    from coding_agent_rl.limits import ROOT_CAPS
 
     assert L.cpus is not None and L.nofile is not None
     return {
@@ -97,8 +97,8 @@ def _sdk_run_kwargs() -> dict[str, Any]:
 
 def _cli_limit_flags() -> list[str]:
     """Our default limits and privileges as ``docker run`` flags."""
-    from coding_agent_rl.sandbox.limits import DEFAULT_LIMITS as L
-    from coding_agent_rl.sandbox.limits import ROOT_CAPS
+    from coding_agent_rl.limits import DEFAULT_LIMITS as L
+    from coding_agent_rl.limits import ROOT_CAPS
 
     flags = [f"--memory={L.memory}", f"--memory-swap={L.memory}", f"--pids-limit={L.pids}"]
     flags += [f"--cpus={L.cpus}", f"--ulimit=nofile={L.nofile}:{L.nofile}", "--cap-drop=ALL"]
