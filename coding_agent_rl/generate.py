@@ -1,57 +1,5 @@
-"""slime entry points.
-
-``--custom-generate-function-path coding_agent_rl.generate.generate``,
-``--custom-rm-path coding_agent_rl.generate.reward`` and
-``--custom-reward-post-process-path coding_agent_rl.generate.post_process_rewards`` (or
-``post_process_tree_rewards`` for tree rollouts: step-level advantages).
-
-Once per process (on the first call): the tokenizer from ``args.hf_checkpoint``, the adapter in a
-background thread (``ADAPTER_PORT``, else ephemeral), SGLang at ``args.sglang_router_ip/port``.
-Read from ``args``: ``rollout_max_context_len`` (prompt + response per sample and per turn),
-``rollout_max_response_len`` (response tokens per sample: a longer one is cut and TRUNCATED),
-``sglang_tool_call_parser``, ``sglang_reasoning_parser``. Environment: ``SWE_AGENT``
-(claude_code | codex | ... | native: the policy's tool calls run by the coding environment
-through the native loop, ``coding_agent_rl/env/``), ``CODING_AGENT_RL_SANDBOX`` (docker | e2b | local),
-``SWE_AGENT_TIME_BUDGET_SEC``, ``SWE_EVAL_TIMEOUT_SEC``, ``SWE_ROLLOUT_DEADLINE_SEC``,
-``CODING_AGENT_RL_REWARD_MODE`` (full | split), ``CODING_AGENT_RL_TAMPER_POLICY`` (zero | flag:
-what a static tamper-screen finding does to the reward), ``SWE_CC_PROMPT``,
-``CODING_AGENT_RL_OUT_DIR``, ``CODING_AGENT_RL_SANDBOX_OPTIONS`` (a JSON object of backend
-options, e.g. limits: ``{"memory": "8g", "pids": 2048}``); ``CODING_AGENT_RL_AGENT_NETWORK``
-(adapter-only | open | none), ``SWE_BOOT_CONCURRENCY`` and ``ADAPTER_PUBLIC_HOST`` /
-``ADAPTER_BIND_HOST`` are read by the rollout, sandbox and harness layers. Sandboxes get the same
-default limits and isolation as under ``coding-agent-rl run``.
-
-With ``CODING_AGENT_RL_EXECUTOR=ray`` the rollouts run on the workers of slime's own Ray cluster
-(one per node advertising ``coding_agent_rl_slots``; ``CODING_AGENT_RL_RAY_ADDRESS``, else the Ray
-slime's process already initialised): see :mod:`coding_agent_rl.rollout.ray_executor`.
-
-What :func:`generate` returns: objects of the caller's sample class (slime's ``Sample``) whose
-``status`` is a member of that class's ``Status`` (slime compares members; see
-:mod:`coding_agent_rl.types`), siblings of one rollout sharing its ``rollout_id``, and
-``metadata["rollout_record"]``: the rollout's record (F2P/P2P counts, timings, failure kind and
-reason, tampering evidence when grading reports it), the same line ``run`` writes to
-results.jsonl. The caller's ``session_id`` (slime sets a uuid per sample) is the routing key of
-every policy request of the rollout.
-
-Aborts, as slime aborts (it never cancels pending tasks): it sets ``GenerateState(args).aborted``,
-drains SGLang (in-flight policy requests come back ``abort``), then awaits every pending rollout.
-A rollout polls that flag (:mod:`coding_agent_rl.trainer_abort`; slime is never imported
-here) before its sandbox boots, and every 50 ms after: between turns, while grading, before an
-infra retry. Once set, the rollout is cancelled (the CLI stopped, its sandboxes destroyed) and
-``generate`` returns one ABORTED placeholder with ``remove_sample=True`` (slime's
-``generate_and_rm`` then skips the reward model; ``--partial-rollout`` requeues the group and the
-rollout restarts from its dataset row). A cancelled ``generate`` destroys its sandboxes before
-the cancellation completes.
-
-Options refused at the first call (one-line :class:`UnsupportedOption`, before any sandbox):
-``--rollout-top-p`` < 1 (slime's trainer then needs SGLang's top-p replay data per sampled token,
-which the adapter does not record) and ``--use-rollout-routing-replay`` (routed experts).
-
-Artifacts: with ``CODING_AGENT_RL_OUT_DIR`` set, the same files as ``run`` (results.jsonl
-appended per rollout, metrics.prom, and per rollout the diff, the agent's log and the test log);
-samples go to the trainer, not to disk. Off by default, as slime's own rollout dumps
-(``--save-debug-rollout-data``) are: a training run has no output folder of ours to assume, its
-artifacts grow with every step, and the record is in each sample's metadata either way.
+"""slime's custom generate function for agent CLIs: one task row in, the rollout's sibling samples
+out, on a runtime started once per process and shared with the native entry.
 """
 
 from __future__ import annotations

@@ -1,22 +1,6 @@
-"""Agent sandboxes ready before they are asked for (docs/sandbox-pool.md).
-
-A *prepared* sandbox has everything that does not depend on the session: created (limits,
-network, the CLI mounted), the CLI installed, the task's workspace set up (pre_commands run,
-history scrubbed, the problem statement written). It holds no session key: the rollout that
-claims it attaches the adapter and writes the CLI's configuration (with the key) itself.
-
-:class:`SandboxSupply` hands them out per task (``instance_id``):
-
-- ``fork``: the first claim of a task prepares one sandbox, snapshots it
-  (``Sandbox.snapshot``) and every claim of that task gets a fresh copy; the snapshot is
-  removed once ``group_size`` copies were handed out and closed (or when the supply closes);
-- ``pool_size`` > 0: up to that many prepared sandboxes (copies, or prepared one by one) are
-  made ahead for the tasks expected next (:meth:`SandboxSupply.expect`, and the rest of a
-  group once its first sample is claimed);
-- neither: every claim creates and prepares its own (the runner's plain path).
-
-A claimed sandbox is never one that served another rollout, and one that fails its health
-check is closed and replaced.
+"""Agent sandboxes ready before they are asked for: a warm pool and one preparation copied per
+GRPO group (docs/sandbox-pool.md). A claimed sandbox never served another rollout and holds no
+session key until its rollout writes the CLI's configuration.
 """
 
 from __future__ import annotations

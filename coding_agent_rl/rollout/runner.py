@@ -1,37 +1,6 @@
 """The rollout pipeline: agent sandbox -> act (CLI or native: ``act.py``) -> diff -> clean-sandbox
-grading -> record and samples. Stages: docs/pipeline.md.
-
-Failure policy (``failure_kind``). Once the agent has started, it controls its sandbox (files,
-processes, and any request it sends to the adapter with its own key), so a failure is ``infra``
-only on evidence it cannot produce:
-
-* ``infra`` (with ``infra_stage``) — our engine or sandbox API failing our call (``sandbox``),
-  the sandbox's creation or the task's set-up failing (``sandbox`` / ``workspace``), the agent
-  CLI's install (``install``), the policy server failing in a way a health probe confirms
-  (``policy``: the adapter records only such errors as evidence), the CLI never reaching the
-  model at all (``agent``: no turn recorded, so the model never acted), grading that could not run
-  (``grading``: see grade.py, whose control runs settle ambiguous cases in a fresh sandbox), the
-  rollout deadline (``deadline``), or a bug of ours (``internal``). The rollout returns one
-  aborted placeholder (``remove_sample=True``) and is retried within ``infra_retries``.
-* ``model`` — everything else: a diff that does not apply or is over a cap, tests that fail,
-  tampering, a budget overrun, an adapter request the agent malformed, a log or marker the agent
-  mangled (reading agent-writable paths is best-effort and never infra; the run directory and
-  its markers are root's: harness/launch.py), a resource limit of its sandbox hit while it
-  worked (memory, pids, disk: the rollout ends at once, ``fail_reason`` names the limit). The
-  samples are kept for training with reward 0.
-* ``aborted`` — the trainer aborted its engines mid-rollout (the policy server answered a
-  request with ``finish_reason: abort``; slime does this at the end of a rollout step). The CLI is
-  stopped at once, the sandboxes are destroyed, and the rollout returns one aborted placeholder
-  (``remove_sample=True``); it is not retried. A trainer that *cancels* the rollout's task instead
-  gets the same teardown (sandboxes destroyed before the cancellation completes).
-
-Artifacts (diff, agent log, test log) are written under a per-rollout byte budget.
-
-Isolation (``rollout/isolation.py``): the agent sandbox reaches only the adapter by default;
-``record["isolation"]`` says what the agent and the grader could reach and which limits applied.
-
-Teardown steps run each in its own guard; a failed one is logged and named in the record's
-``teardown_failures`` (counted in metrics.prom).
+grading -> record and samples (docs/pipeline.md). A failure is ``infra`` only on evidence the
+agent cannot produce; the failure policy is in docs/modules/rollout.md.
 """
 
 from __future__ import annotations

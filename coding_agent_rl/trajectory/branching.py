@@ -1,23 +1,4 @@
-"""Tree rollouts: where to branch, the root's samples per stretch, and step-level advantages.
-
-A tree is one root rollout and branches of it; a branch at turn k replays the root's turns
-``0..k-1`` (adapter/replay.py, never trained there) and samples anew from turn k. Every sample
-carries ``metadata["tree_id"]``, ``["parent_rollout_id"]`` (None for the root) and
-``["branch_turn"]`` (None for the root). The root's samples are cut at the branch points: its
-turns ``[k_j, k_j+1)`` are trained in their own sample (``metadata["tree_stretch"]``), the turns
-before them kept as context, so each stretch can get its own advantage.
-
-Advantages (depth one: branches of the root). ``V(k)`` is the mean reward of the rollouts that
-share the root's first ``k`` turns: the root and every branch at ``k' >= k``. A branch at ``k``
-gets ``r_b - V(k)`` (against the siblings sharing its prefix); the root's stretch
-``[k_j, k_j+1)`` gets ``V(k_j+1) - V(k_j)`` and its last stretch ``r_root - V(k_last)`` (its turns
-valued by its subtree), with ``k_0 = 0``: ``V(0)`` is the tree's mean. Along the root the
-stretches sum to ``r_root - V(0)``, the rollout-level GRPO advantage.
-
-Where to branch: the turns where the policy was least sure. Only the chosen tokens' logprobs
-are recorded, so a turn's uncertainty is its mean negative logprob (the sampled tokens'
-surprisal, an unbiased estimate of the entropy of the policy at those positions).
-"""
+"""Tree rollouts: where to branch, the root's samples per stretch, and step-level advantages."""
 
 from __future__ import annotations
 
