@@ -48,6 +48,10 @@ class SandboxError(CodingAgentRLError, RuntimeError):
     default_stage = "sandbox"
 
 
+class SandboxCreateError(SandboxError):
+    """The sandbox could not be created."""
+
+
 class HarnessError(CodingAgentRLError, RuntimeError):
     """The agent CLI could not be fetched, installed or configured (ours, not the model's)."""
 

@@ -17,12 +17,22 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 from coding_agent_rl import settings
+from coding_agent_rl.errors import SandboxCreateError
 
-if TYPE_CHECKING:
-    from coding_agent_rl.sandbox.base import Sandbox
+
+class Startable(Protocol):
+    """What :func:`start` needs of a sandbox object (``Sandbox`` is one)."""
+
+    @property
+    def backend(self) -> str: ...
+
+    async def __aenter__(self) -> Any: ...
+
+
+S = TypeVar("S", bound=Startable)
 
 log = logging.getLogger(__name__)
 
@@ -114,16 +124,15 @@ async def creating(backend: str) -> AsyncIterator[None]:
 
 
 async def start(
-    make: Callable[[], Sandbox],
+    make: Callable[[], S],
     *,
     timeout: float | None = None,
     attempts: int | None = None,
-) -> Sandbox:
+) -> S:
     """A started sandbox from ``make()`` (a new, not-started object per attempt). An attempt
     that takes longer than ``timeout`` (default ``create_timeout_s``) is destroyed, counted and
     retried after a jittered exponential backoff, ``attempts`` times in all (default
     ``create_timeout_attempts``); the last timeout raises :class:`SandboxCreateError`."""
-    from coding_agent_rl.sandbox.base import SandboxCreateError
 
     conf = settings.current()
     timeout = conf.create_timeout_s if timeout is None else timeout

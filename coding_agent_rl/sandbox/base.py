@@ -19,19 +19,14 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from coding_agent_rl import settings
-from coding_agent_rl.errors import SandboxError, UserError
+from coding_agent_rl.errors import SandboxCreateError, SandboxError, UserError
 from coding_agent_rl.sandbox import admission
 
 if TYPE_CHECKING:
     from coding_agent_rl.limits import Limits
-    from coding_agent_rl.sandbox.snapshot import Snapshot
 
 DEFAULT_OUTPUT_CAP = 10 * 1024 * 1024
 TRUNCATION_MARKER = "\n[... output truncated by coding-agent-rl: {n} bytes dropped ...]\n"
-
-
-class SandboxCreateError(SandboxError):
-    """The sandbox could not be created."""
 
 
 class ImageNotFound(SandboxCreateError):
@@ -258,7 +253,7 @@ class Sandbox(abc.ABC):
         """:meth:`snapshot` works: a prepared sandbox can be copied (docs/sandbox-pool.md)."""
         return False
 
-    async def snapshot(self, **options: Any) -> Snapshot:
+    async def snapshot(self, **options: Any) -> Any:
         """Freeze this sandbox's files into a :class:`~coding_agent_rl.sandbox.snapshot.Snapshot`
         whose copies start with them (``options``: the copies' sandbox options). The snapshot
         owns this sandbox from then on (closed now, or by ``await snap.remove()``, which the

@@ -277,7 +277,7 @@ class DockerSandbox(Sandbox):
             raise SandboxError(f"docker: cannot commit sandbox {self.sandbox_id}: {e}") from e
         finally:
             await self.close()
-        return DockerSnapshot(image_id, options)
+        return DockerSnapshot(image_id, options, make=type(self))
 
     @classmethod
     def _default_bind_host(cls, network: str) -> str:

@@ -9,6 +9,7 @@ which the engine copies the image's content at those paths, as for any image.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from coding_agent_rl.sandbox import admission
@@ -20,17 +21,16 @@ from coding_agent_rl.sandbox.snapshot import Snapshot
 class DockerSnapshot(Snapshot):
     backend = "docker"
 
-    def __init__(self, image_id: str, options: dict[str, Any]):
+    def __init__(self, image_id: str, options: dict[str, Any], make: Callable[..., Sandbox]):
         self.image_id = image_id
+        self.make = make  # the backend's sandbox class
         self.options = options
         self._removed = False
 
     async def copy(self) -> Sandbox:
-        from coding_agent_rl.sandbox.docker import DockerSandbox
-
         if self._removed:
             raise SandboxError(f"docker snapshot {self.image_id[:19]} was removed")
-        return await admission.start(lambda: DockerSandbox(self.image_id, **self.options))
+        return await admission.start(lambda: self.make(self.image_id, **self.options))
 
     async def remove(self) -> None:
         if not self._removed:

@@ -5,13 +5,10 @@ killed by :meth:`E2BSnapshot.remove`; every copy has the prepared sandbox's time
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from coding_agent_rl.sandbox.base import Sandbox, SandboxCreateError, SandboxError
 from coding_agent_rl.sandbox.snapshot import Snapshot
-
-if TYPE_CHECKING:
-    from coding_agent_rl.sandbox.e2b import E2BSandbox
 
 MAX_FORK = 20  # the API's bound on ``count``
 
@@ -19,7 +16,8 @@ MAX_FORK = 20  # the API's bound on ``count``
 class E2BSnapshot(Snapshot):
     backend = "e2b"
 
-    def __init__(self, parent: E2BSandbox, options: dict[str, Any]):
+    def __init__(self, parent: Any, options: dict[str, Any]):
+        """``parent``: the prepared E2B sandbox (its class adopts the forks)."""
         self.parent = parent
         self.options = options
         self._removed = False
@@ -28,8 +26,6 @@ class E2BSnapshot(Snapshot):
         return (await self.copies(1))[0]
 
     async def copies(self, n: int) -> list[Sandbox]:
-        from coding_agent_rl.sandbox.e2b import E2BSandbox
-
         if self._removed:
             raise SandboxError(f"e2b snapshot of {self.parent.sandbox_id} was removed")
         handle = self.parent.handle
@@ -39,7 +35,7 @@ class E2BSnapshot(Snapshot):
                 count = min(MAX_FORK, n - len(out))
                 forks = await handle.fork(timeout=self.parent.lifetime_s, count=count)
                 adopted = [
-                    E2BSandbox.adopt(self.parent.image, f, self.options)
+                    type(self.parent).adopt(self.parent.image, f, self.options)
                     for f in forks
                     if not isinstance(f, BaseException)
                 ]

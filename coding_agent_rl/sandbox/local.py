@@ -258,7 +258,9 @@ class LocalSandbox(Sandbox):
 
         self._check_open()
         try:
-            return await asyncio.to_thread(LocalSnapshot.freeze, self.image, self._copies, options)
+            return await asyncio.to_thread(
+                LocalSnapshot.freeze, self.image, self._copies, options, type(self)
+            )
         finally:
             await self.close()
 

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import tempfile
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from coding_agent_rl.sandbox import admission, local_orphans
@@ -19,8 +20,16 @@ from coding_agent_rl.sandbox.snapshot import Snapshot
 class LocalSnapshot(Snapshot):
     backend = "local"
 
-    def __init__(self, image: str, store: pathlib.Path, seeds: dict[str, str], options: Any):
+    def __init__(
+        self,
+        image: str,
+        store: pathlib.Path,
+        seeds: dict[str, str],
+        options: Any,
+        make: Callable[..., Sandbox],
+    ):
         self.image = image
+        self.make = make  # the backend's sandbox class
         self.store = store
         self.seeds = seeds
         self.options = dict(options)
@@ -29,7 +38,11 @@ class LocalSnapshot(Snapshot):
 
     @classmethod
     def freeze(
-        cls, image: str, copies: dict[str, pathlib.Path], options: dict[str, Any]
+        cls,
+        image: str,
+        copies: dict[str, pathlib.Path],
+        options: dict[str, Any],
+        make: Callable[..., Sandbox],
     ) -> LocalSnapshot:
         """Blocking: copy ``copies`` (sandbox path -> host folder) into a new snapshot."""
         store = pathlib.Path(tempfile.mkdtemp(prefix=f"car-snap-{uuid.uuid4().hex[:6]}-"))
@@ -48,15 +61,13 @@ class LocalSnapshot(Snapshot):
             shutil.rmtree(store, ignore_errors=True)
             local_orphans.forget(store.name)
             raise SandboxError(f"local sandbox: cannot snapshot: {e}") from e
-        return cls(image, store, seeds, options)
+        return cls(image, store, seeds, options, make)
 
     async def copy(self) -> Sandbox:
-        from coding_agent_rl.sandbox.local import LocalSandbox
-
         if self._removed:
             raise SandboxError(f"local snapshot {self.snapshot_id} was removed")
         opts = {**self.options, "seeds": self.seeds}
-        return await admission.start(lambda: LocalSandbox(self.image, **opts))
+        return await admission.start(lambda: self.make(self.image, **opts))
 
     async def remove(self) -> None:
         if not self._removed:

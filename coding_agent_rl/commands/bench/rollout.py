@@ -385,7 +385,15 @@ def run(args: argparse.Namespace) -> int:
                 from coding_agent_rl.commands.bench.rollout_pool import compare_pool
 
                 summary, records = asyncio.run(
-                    compare_pool(args.rounds, args.pool, out=out, sandbox_options=options, **kw)
+                    compare_pool(
+                        args.rounds,
+                        args.pool,
+                        bench=bench,
+                        summarize=summarize,
+                        out=out,
+                        sandbox_options=options,
+                        **kw,
+                    )
                 )
             elif args.isolation == "both":
                 summary, records = asyncio.run(

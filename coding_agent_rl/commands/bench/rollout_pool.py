@@ -14,10 +14,10 @@ KEYS = ("completed", "failures", "wall_s", "total_s_p50", "overhead_s_p50", "san
 
 
 async def compare_pool(
-    rounds: int, pool_size: int, **kw: Any
+    rounds: int, pool_size: int, *, bench: Any, summarize: Any, **kw: Any
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``bench`` / ``summarize``: bench/rollout.py's batch and its summary."""
     from coding_agent_rl.commands.bench.host_cpu import engine_cpu_s, own_cpu_s
-    from coding_agent_rl.commands.bench.rollout import bench, summarize
 
     out: pathlib.Path = kw.pop("out")
     records: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
