@@ -62,24 +62,10 @@ def runtime_config_from_args(
     conf = conf or settings.load()
     host = getattr(args, "sglang_router_ip", None) or "127.0.0.1"
     port = getattr(args, "sglang_router_port", None)
-    rollout = RolloutConfig(
-        backend=conf.sandbox,
-        sandbox_options=dict(conf.sandbox_options),
-        agent_budget_s=conf.agent_budget_s,
-        eval_timeout_s=conf.eval_timeout_s,
-        deadline_s=conf.rollout_deadline_s,
-        reward_mode=conf.reward_mode,
+    rollout = RolloutConfig.from_settings(
+        conf,
         max_context=getattr(args, "rollout_max_context_len", None),
         max_response=getattr(args, "rollout_max_response_len", None),
-        model_name=conf.model_name,
-        out_dir=conf.out_dir,
-        tamper_policy=conf.tamper_policy,
-        twin_grade=conf.twin_grade,
-        tamper_reward=conf.tamper_reward,
-        agent_network=conf.agent_network,
-        prompt_template=conf.prompt_template,
-        pool_size=conf.pool_size,
-        fork_groups=conf.fork_groups,
         # A group's samples share one preparation with fork_groups (rollout/prepare.py).
         group_size=getattr(args, "n_samples_per_prompt", None),
     )
