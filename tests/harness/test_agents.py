@@ -91,16 +91,18 @@ async def test_budget_overrun_is_killed_and_reported(name, sandbox, stack, tmp_p
     )
     baseline = await quick.run(sandbox, quick_ctx, "Replace 'world' with 'agent'.", budget_s=180)
     assert baseline.ok, baseline.log_tail
-    budget = max(8.0, 2 * baseline.duration_s)
+    # Under 100 s: opencode's shell tool gives up on a command after 120 s (so the slow step
+    # comes three times: the run must still be inside one when the budget ends).
+    budget = min(100.0, max(8.0, 1.5 * baseline.duration_s))
     # Not a bare `sleep`: Claude Code's Bash tool refuses standalone sleeps.
-    script = {"steps": [{"shell": SLOW}, {"say": "never reached"}]}
+    script = {"steps": [{"shell": SLOW}] * 3 + [{"say": "never reached"}]}
     sid = f"{name}-overrun"
     adapter, harness, ctx = await setup(sandbox, stack, name, script, sid=sid, tmp_path=tmp_path)
     run = await harness.run(sandbox, ctx, "Wait a long time.", budget_s=budget)
     assert run.timed_out and run.exit_code is None, run.log_tail
     # Killed at the budget, not long after: the kill is one exec, well inside a baseline run.
     assert budget <= run.duration_s < budget + max(4.0, baseline.duration_s)
-    assert len(adapter.sessions.turns(sid)) == 1  # it was inside the slow tool call
+    assert len(adapter.sessions.turns(sid)) >= 1  # it was inside a slow tool call
     assert await agent_processes(sandbox) == []
     assert "time.sleep" not in (await sandbox.exec("ps -eo args=")).stdout
 
