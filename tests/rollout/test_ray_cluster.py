@@ -64,37 +64,37 @@ def cluster(example_images, example_rows) -> Iterator[Cluster]:
 
 def start_run(c: Cluster, out: pathlib.Path, run_id: str, *args: str) -> subprocess.Popen:
     out.mkdir(parents=True, exist_ok=True)
-    log = (out.parent / f"{out.name}.log").open("w")
     env = {k: v for k, v in os.environ.items() if k not in ("DOCKER_HOST", "RAY_ADDRESS")}
-    return subprocess.Popen(
-        [
-            *CLI,
-            "run",
-            "--dataset",
-            str(TASKS),
-            "--limit",
-            str(N_TASKS),
-            "--policy",
-            "replay",
-            "--executor",
-            "ray",
-            "--ray-address",
-            c.ray.address,
-            "--sandbox-option",
-            f"run_id={run_id}",
-            "--agent-budget",
-            "300",
-            "--eval-timeout",
-            "120",
-            "--out",
-            str(out),
-            *args,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=log,
-        text=True,
-        env={**env, "PYTHONUNBUFFERED": "1"},
-    )
+    with (out.parent / f"{out.name}.log").open("w") as log:  # the child keeps its copy
+        return subprocess.Popen(
+            [
+                *CLI,
+                "run",
+                "--dataset",
+                str(TASKS),
+                "--limit",
+                str(N_TASKS),
+                "--policy",
+                "replay",
+                "--executor",
+                "ray",
+                "--ray-address",
+                c.ray.address,
+                "--sandbox-option",
+                f"run_id={run_id}",
+                "--agent-budget",
+                "300",
+                "--eval-timeout",
+                "120",
+                "--out",
+                str(out),
+                *args,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env={**env, "PYTHONUNBUFFERED": "1"},
+        )
 
 
 def finish(proc: subprocess.Popen, out: pathlib.Path, timeout: float) -> dict[str, Any]:

@@ -36,14 +36,14 @@ def read_jsonl(path: pathlib.Path) -> list[dict[str, Any]]:
 
 
 def start(dataset: pathlib.Path, out: pathlib.Path, run_id: str, *args: str) -> subprocess.Popen:
-    log = (out.parent / f"{out.name}-{run_id}.log").open("w")
-    return subprocess.Popen(
-        [*CLI, "run", "--dataset", str(dataset), "--out", str(out), "--policy", "replay",
-         "--sandbox-option", f"run_id={run_id}", "--agent-budget", "300",
-         "--eval-timeout", "120", "--concurrency", "2", *args],
-        stdout=subprocess.PIPE, stderr=log, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
+    with (out.parent / f"{out.name}-{run_id}.log").open("w") as log:  # the child keeps its copy
+        return subprocess.Popen(
+            [*CLI, "run", "--dataset", str(dataset), "--out", str(out), "--policy", "replay",
+             "--sandbox-option", f"run_id={run_id}", "--agent-budget", "300",
+             "--eval-timeout", "120", "--concurrency", "2", *args],
+            stdout=subprocess.PIPE, stderr=log, text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
 
 
 def finish(proc: subprocess.Popen, out: pathlib.Path, run_id: str) -> dict[str, Any]:

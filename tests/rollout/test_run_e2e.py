@@ -36,14 +36,14 @@ COMMON += ["--agent-budget", "300", "--eval-timeout", "120"]
 
 def start(out: pathlib.Path, *args: str) -> subprocess.Popen:
     out.mkdir(parents=True, exist_ok=True)
-    log = (out.parent / f"{out.name}.log").open("w")
-    return subprocess.Popen(
-        [*CLI, "run", *COMMON, "--out", str(out), *args],
-        stdout=subprocess.PIPE,
-        stderr=log,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    with (out.parent / f"{out.name}.log").open("w") as log:  # the child keeps its copy
+        return subprocess.Popen(
+            [*CLI, "run", *COMMON, "--out", str(out), *args],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
 
 
 def finish(proc: subprocess.Popen, out: pathlib.Path, timeout: float) -> dict[str, Any]:
