@@ -21,6 +21,7 @@ from support.rollout_helpers import (
     RUN_ID,
     TASKS,
     containers,
+    reap,
     task_rule,
     write_script,
 )
@@ -47,7 +48,10 @@ def start(out: pathlib.Path, *args: str) -> subprocess.Popen:
 
 
 def finish(proc: subprocess.Popen, out: pathlib.Path, timeout: float) -> dict[str, Any]:
-    stdout, _ = proc.communicate(timeout=timeout)
+    try:
+        stdout, _ = proc.communicate(timeout=timeout)
+    finally:
+        reap(proc)
     log = (out.parent / f"{out.name}.log").read_text()
     assert proc.returncode == 0, log[-3000:]
     return json.loads(stdout.strip().splitlines()[-1])
@@ -79,8 +83,7 @@ def runs(rows, tmp_path_factory) -> dict[str, Any]:
         printed = {name: finish(p, outs[name], 900) for name, p in procs.items()}
     finally:
         for p in procs.values():
-            if p.poll() is None:
-                p.kill()
+            reap(p)
     wall = time.monotonic() - t0
     return {"out": outs, "printed": printed, "wall": wall, "leftovers": containers()}
 
