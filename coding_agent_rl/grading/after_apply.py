@@ -216,6 +216,7 @@ def after_apply_script(
             f"if {c} sort -zu {q(prepared.before_file)} {q(named)} > {q(known)} 2>/dev/null &&"
             f" {c} sort -zu {q(after)} | {c} comm -z -23 - {q(known)} > {q(unexpected)} 2>/dev/null"
             f" && [ ! -s {q(unexpected)} ]; then\n"
-            f"  echo {RESET_MARK}\n  ( set -e\n{reset}) || exit $?\nfi\n"
+            # not `( ... ) || exit`: set -e is ignored in a subshell whose status is tested
+            f"  echo {RESET_MARK}\n  ( set -e\n{reset})\n  car_rc=$?; [ $car_rc = 0 ] || exit $car_rc\nfi\n"
         )
     return script + emit_list(after)

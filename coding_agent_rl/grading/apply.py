@@ -36,6 +36,10 @@ INLINE_PATCH_BYTES = 48 * 1024  # Linux caps one command-line argument at 128 Ki
 INLINE_SCRIPT_BYTES = 24 * 1024  # a longer ``then`` script or path list goes through a file
 
 
+class AfterApplyError(WorkspaceError):
+    """``then`` failed after a rung applied the patch: the patch may be why (grade.py decides)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class ApplyOutcome:
     method: str | None
@@ -101,7 +105,7 @@ async def apply_patch(
         write = ""  # the later rungs find it in place
         if r.stdout.startswith("CAR-APPLIED\n"):
             if not r.ok:
-                raise WorkspaceError(f"after applying the patch: {(r.stderr or r.stdout)[-500:]}")
+                raise AfterApplyError(f"after applying the patch: {(r.stderr or r.stdout)[-500:]}")
             return ApplyOutcome(
                 method=name, log="\n".join(logs), then_output=r.stdout[len("CAR-APPLIED\n") :]
             )

@@ -39,6 +39,8 @@ class Defences:
     safe_path: bool = True  # PYTHONSAFEPATH: no working directory on sys.path (plugin rows)
     new_files: bool = True  # drop new test modules and new modules that shadow others
     fresh_control: bool = True  # control runs in a fresh sandbox, never where the agent ran
+    reset_control: bool = True  # a reset that fails after the diff is re-run without it (model
+    # when that works; False: every such failure is infra, as it was)
     expansion_cap: int | None = DEFAULT_MAX_EXPANDED  # bytes a diff may write (None: no check)
     tamper_policy: str = default(
         "tamper_policy"
@@ -60,6 +62,7 @@ ROUND_1 = Defences(
     safe_path=False,
     new_files=False,
     fresh_control=False,
+    reset_control=False,
     expansion_cap=None,
     tamper_policy="off",
 )

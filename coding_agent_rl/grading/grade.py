@@ -22,7 +22,7 @@ from coding_agent_rl.grading.after_apply import (
     record_drops,
     screen_post_images,
 )
-from coding_agent_rl.grading.apply import apply_patch
+from coding_agent_rl.grading.apply import AfterApplyError, apply_patch
 from coding_agent_rl.grading.defences import Defences
 from coding_agent_rl.grading.diff import DEFAULT_MAX_BYTES
 from coding_agent_rl.grading.expansion import expansion_problem
@@ -33,7 +33,13 @@ from coding_agent_rl.grading.prepared import (
     sandbox_options_for,
 )
 from coding_agent_rl.grading.protect import protected_patterns
-from coding_agent_rl.grading.protocols import Graded, run_eval, run_harbor, run_tests
+from coding_agent_rl.grading.protocols import (
+    Graded,
+    run_eval,
+    run_harbor,
+    run_tests,
+    settle_reset,
+)
 from coding_agent_rl.grading.result import GradeResult, cap_log, fail
 from coding_agent_rl.grading.screen import screened_files
 from coding_agent_rl.grading.twin import apply_tamper_reward, combine
@@ -222,15 +228,20 @@ async def _grade_in(
         result.stage = "apply"
         kept_text = kept.decode("utf-8", "surrogateescape")
         sources = {} if defences.tamper_policy == "off" else screened_files(kept_text)
-        outcome = await apply_patch(
-            sb,
-            row.workdir,
-            kept,
-            base=prepared.base,
-            patch_path=f"{runner.dir}/agent.diff",
-            runner=runner.prefix,
-            then=after_apply_script(prepared, row, kept_text, patterns, sources, defences),
-        )
+        try:
+            outcome = await apply_patch(
+                sb,
+                row.workdir,
+                kept,
+                base=prepared.base,
+                patch_path=f"{runner.dir}/agent.diff",
+                runner=runner.prefix,
+                then=after_apply_script(prepared, row, kept_text, patterns, sources, defences),
+            )
+        except AfterApplyError as e:  # the in-exec reset, after the diff went in
+            result.stage = "reset"
+            await settle_reset(row, result, e, where, defences)
+            return
         if not outcome.ok:
             result.test_log = cap_log(outcome.log)
             fail(
@@ -259,12 +270,18 @@ async def _grade_in(
             dict.fromkeys(result.protected_paths_touched + sneaked)
         )
     if not reset:  # the sneaked paths as a list file: the agent can make it long
-        undo = await restore_list(sb, row.workdir, prepared.base, sneaked)
-        await run_checked(
-            sb,
-            undo + prepared.reset_script(row, []),
-            "resetting test files and applying test_patch",
-        )
+        try:
+            undo = await restore_list(sb, row.workdir, prepared.base, sneaked)
+            await run_checked(
+                sb,
+                undo + prepared.reset_script(row, []),
+                "resetting test files and applying test_patch",
+            )
+        except WorkspaceError as e:
+            if not kept.strip():  # no diff went in: the task's own reset fails
+                raise
+            await settle_reset(row, result, e, where, defences)
+            return
     graded = Graded(
         sb, row, runner, prepared.base, agent_paths, result, timeout, prepared, defences, where
     )

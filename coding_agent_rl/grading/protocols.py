@@ -22,18 +22,21 @@ from typing import Any
 
 from coding_agent_rl.datasets.logparse import parse_log
 from coding_agent_rl.datasets.schema import TaskRow
+from coding_agent_rl.errors import GradingError
 from coding_agent_rl.grading.defences import Defences
 from coding_agent_rl.grading.evidence import plugin_verdict
 from coding_agent_rl.grading.prepared import GradingSandbox, Prepared
 from coding_agent_rl.grading.result import GradeResult, cap_log, fail, score_tests
 from coding_agent_rl.grading.runner import TestRun, TestRunner
-from coding_agent_rl.grading.workspace import restore_paths, run_checked
+from coding_agent_rl.grading.workspace import WorkspaceError, restore_paths, run_checked
 from coding_agent_rl.sandbox import Sandbox, SandboxError
 
 q = shlex.quote
 HARBOR_TESTS = "/tests"
 HARBOR_LOGS = "/logs/verifier"
 Works = Callable[["Graded"], Awaitable[bool]]
+# Where a control sandbox is created: the GradingSandbox graded, or (backend, options).
+Where = GradingSandbox | tuple[str, dict[str, Any] | None] | None
 
 
 @dataclasses.dataclass
@@ -49,8 +52,7 @@ class Graded:
     timeout: float
     prepared: Prepared | None = None
     defences: Defences = dataclasses.field(default_factory=Defences)
-    # Where a control sandbox is created: the GradingSandbox graded, or (backend, options).
-    where: GradingSandbox | tuple[str, dict[str, Any] | None] | None = None
+    where: Where = None
 
     async def revert_agent(self) -> None:
         await restore_paths(
@@ -100,16 +102,46 @@ class Graded:
             fail(self.result, "infra", f"{what}, also without the agent's changes")
 
 
-async def _control_in_fresh_sandbox(g: Graded, works: Works) -> bool:
+def _control_sandbox(row: TaskRow, where: Where, defences: Defences) -> GradingSandbox:
+    """A fresh grading sandbox for ``row``, made as the graded one was (``where``)."""
     options: dict[str, Any] | None
-    if isinstance(g.where, GradingSandbox):
-        backend, options = g.where.backend, g.where.sandbox_options
+    if isinstance(where, GradingSandbox):
+        backend, options = where.backend, where.sandbox_options
     else:
-        backend, options = g.where or ("docker", None)
+        backend, options = where or ("docker", None)
+    return GradingSandbox(row, backend=backend, sandbox_options=options, defences=defences)
+
+
+async def settle_reset(
+    row: TaskRow, result: GradeResult, error: WorkspaceError, where: Where, defences: Defences
+) -> None:
+    """The reset (test files back to the base, ``test_patch``, canary files) failed after the
+    agent's diff went in: the same step in a fresh sandbox without the diff decides whose failure
+    it is. Fails there too: ``error`` is raised (infra). Works there: the diff broke it (model,
+    with ``grader_error``). ``defences.reset_control`` off: ``error`` is raised at once."""
+    if not defences.reset_control:
+        raise error
+    stage, result.stage = result.stage or "reset", "control"
+    try:
+        async with _control_sandbox(row, where, defences) as control:
+            prepared = await control.ready()
+            await run_checked(
+                prepared.sb,
+                prepared.reset_script(row, []),
+                "control run: the reset without the diff",
+            )
+    except (SandboxError, GradingError) as e:
+        result.control = f"fresh sandbox: the reset fails there too ({type(e).__name__})"
+        raise error from e
+    result.control = "fresh sandbox: the reset works"
+    message = str(error)[:500]
+    fail(result, "model", f"the reset failed after the diff; without it it works: {message}")
+    result.grader_error = {"stage": stage, "type": type(error).__name__, "message": message}
+
+
+async def _control_in_fresh_sandbox(g: Graded, works: Works) -> bool:
     defences = dataclasses.replace(g.defences, canaries=False)
-    async with GradingSandbox(
-        g.row, backend=backend, sandbox_options=options, defences=defences
-    ) as control:
+    async with _control_sandbox(g.row, g.where, defences) as control:
         prepared = await control.ready()
         await run_checked(
             prepared.sb, prepared.reset_script(g.row, []), "control run: applying the hidden tests"

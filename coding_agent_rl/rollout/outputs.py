@@ -14,7 +14,7 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
+from typing import IO, Any
 
 import prometheus_client as prom
 
@@ -36,7 +36,9 @@ def record_key(record: dict[str, Any]) -> str:
 class RunWriter:
     """``resume``: keep and index earlier results (``resume_attempts``: records a rollout may
     have before an infrastructure failure is final); ``append``: keep earlier lines but hold
-    nothing in memory (``results`` stays empty); ``samples=False``: no samples.jsonl."""
+    nothing in memory (``results`` stays empty) and no open file between writes (a trainer's
+    writer lives as long as its process and is never closed); ``samples=False``: no
+    samples.jsonl."""
 
     def __init__(
         self,
@@ -68,8 +70,9 @@ class RunWriter:
                 p.unlink(missing_ok=True)
         for path in (self.samples_path, self.results_path):
             _end_line(path)
-        self._samples = self.samples_path.open("a") if samples else None
-        self._results = self.results_path.open("a")
+        self._has_samples = samples
+        self._samples = self.samples_path.open("a") if samples and not append else None
+        self._results = self.results_path.open("a") if not append else None
 
     @property
     def results(self) -> list[dict[str, Any]]:
@@ -125,12 +128,10 @@ class RunWriter:
     def add(self, samples: list[Sample], record: dict[str, Any]) -> None:
         if self._keep:
             record.setdefault("attempt", self._attempts[record_key(record)] + 1)
-        if self._samples is not None and record.get("failure_kind") != "infra":
-            for s in samples:
-                self._samples.write(json.dumps(s.to_dict()) + "\n")
-            self._samples.flush()
-        self._results.write(json.dumps(record, default=str) + "\n")
-        self._results.flush()
+        if self._has_samples and record.get("failure_kind") != "infra":
+            lines = "".join(json.dumps(s.to_dict()) + "\n" for s in samples)
+            _write(self._samples, self.samples_path, lines)
+        _write(self._results, self.results_path, json.dumps(record, default=str) + "\n")
         self._index(record)
         self.totals.add(record)
         self.totals.write(self.out / "metrics.prom")
@@ -142,8 +143,19 @@ class RunWriter:
     def close(self, summary: dict[str, Any]) -> None:
         if self._samples is not None:
             self._samples.close()
-        self._results.close()
+        if self._results is not None:
+            self._results.close()
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def _write(handle: IO[str] | None, path: pathlib.Path, text: str) -> None:
+    """Append ``text`` through ``handle``, or, with none held, through a file opened for it."""
+    if handle is not None:
+        handle.write(text)
+        handle.flush()
+        return
+    with path.open("a") as f:
+        f.write(text)
 
 
 def _end_line(path: pathlib.Path) -> None:

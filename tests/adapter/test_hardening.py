@@ -25,9 +25,9 @@ ANTHROPIC = {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "cont
 FIFTY_MIB = 50 << 20
 
 
-async def raw_request(url: str, head: str, body: bytes = b"", wait: float = 3.0) -> bytes:
+async def raw_request(url: str, head: str, body: bytes = b"", wait: float = 10.0) -> bytes:
     """Send ``head`` (+ ``body``) on a fresh connection; what came back within ``wait`` s (b"" if
-    nothing did)."""
+    nothing did). The wait only bounds a hang: a reply returns at once."""
     parts = urllib.parse.urlsplit(url)
     reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
     try:
@@ -125,9 +125,9 @@ async def test_a_body_over_the_limit_is_refused_unread_with_413(scripted_stack, 
     allowance = image_allowance(limits.max_bytes, limits.max_per_sample)
     assert adapter.max_body == body_limit(32768, allowance) == (4 << 20) + allowance
     over = adapter.max_body + (1 << 20)
-    t0 = time.monotonic()
+    # Only the head is sent: a reply at all means the body was refused unread.
     reply = await raw_request(url, big_head("/v1/messages", "s1", over))
-    assert reply.startswith(b"HTTP/1.1 413") and time.monotonic() - t0 < 2.0, reply[:200]
+    assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
     assert b"request_too_large" in reply
     # Streamed (no Content-Length): cut off at the limit while it arrives.
     status, _, text = await post(
@@ -247,6 +247,7 @@ async def test_one_sessions_garbage_does_not_disturb_another(scripted_stack):
     adapter, _, url = await scripted_stack(script, max_context=32768, images=images)
     adapter.sessions.open("attacker")
     adapter.sessions.open("victim")
+    adapter.sessions.open("baseline")
     garbage = [
         b'{"model": "m", "messages": [',
         b"[1, 2, 3]",
@@ -266,7 +267,7 @@ async def test_one_sessions_garbage_does_not_disturb_another(scripted_stack):
                 )
             await raw_request(url, big_head("/v1/messages", "attacker"), wait=0.05)
 
-    async def conversation() -> list[float]:
+    async def conversation(sid: str) -> list[float]:
         messages = [{"role": "user", "content": "look around"}]
         latencies = []
         for _ in range(3):
@@ -274,7 +275,7 @@ async def test_one_sessions_garbage_does_not_disturb_another(scripted_stack):
             status, _, text = await post(
                 f"{url}/v1/messages",
                 {"model": "m", "max_tokens": 64, "tools": [BASH], "messages": messages},
-                sid="victim",
+                sid=sid,
             )
             latencies.append(time.monotonic() - t0)
             assert status == 200, text
@@ -292,14 +293,17 @@ async def test_one_sessions_garbage_does_not_disturb_another(scripted_stack):
                     )
         return latencies
 
+    baseline = await conversation("baseline")  # the same turns, no attack: this machine's pace
     attackers = [asyncio.create_task(attack()) for _ in range(3)]
     try:
         await asyncio.sleep(0.2)
-        latencies = await conversation()
+        latencies = await conversation("victim")
     finally:
         stop.set()
         await asyncio.gather(*attackers)
     assert len(await recorded(adapter, "victim")) == 3
     assert await recorded(adapter, "attacker") == []
     assert statuses and all(400 <= s < 500 for s in statuses), sorted(set(statuses))
-    assert max(latencies) < 5.0, latencies
+    # In time: within a few times the unattacked pace (the attackers share the event loop and
+    # the CPU, so some slow-down is fair; starving the victim is not).
+    assert max(latencies) < max(5.0, 10 * max(baseline)), (latencies, baseline)

@@ -66,6 +66,9 @@ async def test_test_patch_that_does_not_apply_is_infra(example_rows):
     )
     result = await grade(broken, row.patch)
     assert result.failure_kind == "infra" and "test_patch does not apply" in result.reason
+    # The diff went in first: the control reset, without it, fails too (the task's fault).
+    assert result.control == "fresh sandbox: the reset fails there too (WorkspaceError)"
+    assert result.grader_error is None
 
 
 async def test_missing_image_is_infra(example_rows):

@@ -15,6 +15,7 @@ import textwrap
 
 import pytest
 
+from coding_agent_rl.datasets import logparse
 from coding_agent_rl.grading.defences import ROUND_1
 from coding_agent_rl.grading.grade import grade
 
@@ -189,12 +190,21 @@ async def test_skipping_or_xfailing_from_the_code_under_test_earns_nothing(examp
         '        import pytest\n        pytest.xfail("later")\n',
     )
     assert hack != src
-    result = await grade(row, make_diff("daterange", {"daterange/ranges.py": hack}))
+    diff = make_diff("daterange", {"daterange/ranges.py": hack})
+    # Without the per-test rule (only pytest's own verdict, its exit status, as an eval_cmd row
+    # is graded) the hack pays: pytest counts an expected failure as a success.
+    by_exit = dataclasses.replace(
+        row, fail_to_pass=(), pass_to_pass=(), eval_cmd="python3 -m pytest -rA tests"
+    )
+    off = await grade(by_exit, diff)
+    assert (off.reward, off.exit_code) == (1.0, 0), off.reason
+    assert "xfailed" in off.test_log
+    result = await grade(row, diff)
     assert result.reward == 0.0
     assert {result.tests[t] for t in row.fail_to_pass} == {"XFAIL"}
 
 
-async def test_forged_summary_printed_after_pytest_finishes(example_rows, make_diff):
+async def test_forged_summary_printed_after_pytest_finishes(example_rows, make_diff, monkeypatch):
     row = example_rows["slugify"]
     lines = "".join(f"PASSED {t}\\n" for t in row.fail_to_pass)
     forged = (
@@ -204,7 +214,14 @@ async def test_forged_summary_printed_after_pytest_finishes(example_rows, make_d
     init = (row.build.context / "repo" / "textkit" / "__init__.py").read_text()
     diff = make_diff("slugify", {"textkit/__init__.py": init + forged})
     # Round 1's log parser alone: the worst status of a test wins, so a line forged after the
-    # real summary cannot turn a failure into a pass.
+    # real summary cannot turn a failure into a pass. With the last status winning instead,
+    # the forgery pays.
+    with monkeypatch.context() as m:
+        m.setattr(
+            logparse, "merge", lambda statuses, test_id, status: statuses.update({test_id: status})
+        )
+        off = await grade(row, diff, defences=ROUND_1)
+    assert off.reward == 1.0, off.reason
     result = await grade(row, diff, defences=ROUND_1)
     assert "PASSED " + row.fail_to_pass[0] in result.test_log  # the forgery did reach the log
     assert result.reward == 0.0

@@ -10,7 +10,8 @@ round1.py) and as shipped:
 * ``sparse_log`` (class 6): turn the agent log into a 200 MiB sparse file;
 * ``forge_results`` (class 1, end to end): patch pytest's runner from the package's
   ``__init__.py`` through the shell; grading zeroes it and the rollout records the evidence;
-* ``big_diff`` (class 6): a diff over the capture cap is the model's failure, named as such.
+* ``big_diff`` (class 6): a diff over the capture cap is the model's failure, named as such
+  (round 1 here: no capture cap, so the host pulls the whole diff).
 
 Without the defences: ``infra`` for the first two, the whole sparse file read into the host,
 and (graded with the bare grader, :data:`ROUND_1`) the forged results pay 1.0. With them: every
@@ -21,8 +22,10 @@ stays small.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
+import re
 import textwrap
 from typing import Any
 
@@ -31,7 +34,9 @@ from support import round1
 from support.rollout_helpers import base_sample, check_outcome, rollout_config, runtime, task_rule
 
 from coding_agent_rl.grading.defences import ROUND_1
+from coding_agent_rl.grading.diff import capture_diff
 from coding_agent_rl.harness.base import AGENT_LOG_CAP
+from coding_agent_rl.rollout import runner as runner_mod
 from coding_agent_rl.rollout.runner import RolloutRunner
 
 pytestmark = [pytest.mark.docker, pytest.mark.agents]
@@ -126,6 +131,7 @@ def outcomes(rows, tmp_path_factory) -> dict[str, dict[str, Any]]:
         round1.agent_evidence_off(mp)
         round1.adapter_attribution_off(mp)
         mp.setattr(RolloutRunner, "_defences", property(lambda self: ROUND_1))
+        mp.setattr(runner_mod, "capture_diff", functools.partial(capture_diff, max_bytes=2**26))
         old = asyncio.run(run_scenarios(rows, tmp_path_factory.mktemp("round1")))
     for phase, records in (("round1", old), ("shipped", shipped)):
         for name, r in records.items():
@@ -172,7 +178,11 @@ def test_a_forgery_through_the_agents_shell_is_zeroed_and_recorded(outcomes):
 
 
 def test_a_diff_over_the_cap_is_named_so(outcomes):
-    new = outcomes["shipped"]["big_diff"]
+    old, new = outcomes["round1"]["big_diff"], outcomes["shipped"]["big_diff"]
+    # Without the capture cap the host pulls the whole diff the agent chose to make (here only
+    # grading's own host-side cap refuses it afterwards).
+    pulled = re.fullmatch(r"diff is ([0-9]+) bytes, over the [0-9]+-byte cap", old["fail_reason"])
+    assert pulled and int(pulled[1]) > 3_000_000, old["fail_reason"]
     assert (new["failure_kind"], new["reward"]) == ("model", 0.0), new
     assert new["fail_reason"].startswith("diff over the 2 MiB cap: "), new["fail_reason"]
 

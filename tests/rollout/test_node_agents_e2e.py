@@ -12,7 +12,7 @@ import subprocess
 import time
 
 import pytest
-from support.rollout_helpers import GIVE_UP, TASKS, containers, task_rule, write_script
+from support.rollout_helpers import GIVE_UP, TASKS, containers, reap, task_rule, write_script
 from test_run_e2e import CLI, check_run, finish, start
 
 from coding_agent_rl.types import Sample
@@ -41,8 +41,7 @@ def node_runs(rows, tmp_path_factory) -> dict:
         printed = {name: finish(p, outs[name], 600) for name, p in procs.items()}
     finally:
         for p in procs.values():
-            if p.poll() is None:
-                p.kill()
+            reap(p)
     return {"out": outs, "printed": printed, "wall": time.monotonic() - t0}
 
 

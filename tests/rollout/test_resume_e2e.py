@@ -20,7 +20,7 @@ import uuid
 from typing import Any
 
 import pytest
-from support.rollout_helpers import TASKS, containers, dataset_lines
+from support.rollout_helpers import TASKS, containers, dataset_lines, reap
 
 from coding_agent_rl import settings
 from coding_agent_rl.types import Sample
@@ -36,18 +36,21 @@ def read_jsonl(path: pathlib.Path) -> list[dict[str, Any]]:
 
 
 def start(dataset: pathlib.Path, out: pathlib.Path, run_id: str, *args: str) -> subprocess.Popen:
-    log = (out.parent / f"{out.name}-{run_id}.log").open("w")
-    return subprocess.Popen(
-        [*CLI, "run", "--dataset", str(dataset), "--out", str(out), "--policy", "replay",
-         "--sandbox-option", f"run_id={run_id}", "--agent-budget", "300",
-         "--eval-timeout", "120", "--concurrency", "2", *args],
-        stdout=subprocess.PIPE, stderr=log, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
+    with (out.parent / f"{out.name}-{run_id}.log").open("w") as log:  # the child keeps its copy
+        return subprocess.Popen(
+            [*CLI, "run", "--dataset", str(dataset), "--out", str(out), "--policy", "replay",
+             "--sandbox-option", f"run_id={run_id}", "--agent-budget", "300",
+             "--eval-timeout", "120", "--concurrency", "2", *args],
+            stdout=subprocess.PIPE, stderr=log, text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
 
 
 def finish(proc: subprocess.Popen, out: pathlib.Path, run_id: str) -> dict[str, Any]:
-    stdout, _ = proc.communicate(timeout=900)
+    try:
+        stdout, _ = proc.communicate(timeout=900)
+    finally:
+        reap(proc)
     log = (out.parent / f"{out.name}-{run_id}.log").read_text()
     assert proc.returncode == 0, log[-3000:]
     return json.loads(stdout.strip().splitlines()[-1])
@@ -89,10 +92,8 @@ def test_sigkill_then_resume_completes_every_rollout_once_and_leaves_no_orphan(
             time.sleep(0.5)
         assert proc.poll() is None, "the run ended before it could be killed"
         proc.send_signal(signal.SIGKILL)
-        proc.wait()
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        reap(proc)
     before = read_jsonl(out / "results.jsonl")
     assert 1 <= len({(r["instance_id"], r["sample_index"]) for r in before}) < n_rows
     assert containers(killed_id), "SIGKILL left the in-flight rollouts' sandboxes behind"

@@ -21,6 +21,7 @@ from support.rollout_helpers import (
     RUN_ID,
     TASKS,
     containers,
+    reap,
     task_rule,
     write_script,
 )
@@ -36,18 +37,21 @@ COMMON += ["--agent-budget", "300", "--eval-timeout", "120"]
 
 def start(out: pathlib.Path, *args: str) -> subprocess.Popen:
     out.mkdir(parents=True, exist_ok=True)
-    log = (out.parent / f"{out.name}.log").open("w")
-    return subprocess.Popen(
-        [*CLI, "run", *COMMON, "--out", str(out), *args],
-        stdout=subprocess.PIPE,
-        stderr=log,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    with (out.parent / f"{out.name}.log").open("w") as log:  # the child keeps its copy
+        return subprocess.Popen(
+            [*CLI, "run", *COMMON, "--out", str(out), *args],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
 
 
 def finish(proc: subprocess.Popen, out: pathlib.Path, timeout: float) -> dict[str, Any]:
-    stdout, _ = proc.communicate(timeout=timeout)
+    try:
+        stdout, _ = proc.communicate(timeout=timeout)
+    finally:
+        reap(proc)
     log = (out.parent / f"{out.name}.log").read_text()
     assert proc.returncode == 0, log[-3000:]
     return json.loads(stdout.strip().splitlines()[-1])
@@ -79,8 +83,7 @@ def runs(rows, tmp_path_factory) -> dict[str, Any]:
         printed = {name: finish(p, outs[name], 900) for name, p in procs.items()}
     finally:
         for p in procs.values():
-            if p.poll() is None:
-                p.kill()
+            reap(p)
     wall = time.monotonic() - t0
     return {"out": outs, "printed": printed, "wall": wall, "leftovers": containers()}
 

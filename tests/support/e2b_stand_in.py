@@ -396,7 +396,9 @@ class StandInAsyncSandbox:
             env={"PATH": LOGIN_PATH, _TAG: self.sandbox_id},
             stdout=subprocess.PIPE,
         )
-        assert holder.stdout is not None and holder.stdout.readline() == b"up\n", "netns setup"
+        assert holder.stdout is not None
+        with holder.stdout:  # nothing more comes: the shell became `sleep`
+            assert holder.stdout.readline() == b"up\n", "netns setup"
         return holder
 
     def in_netns(self, argv: list[str]) -> list[str]:

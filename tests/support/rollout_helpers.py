@@ -25,6 +25,16 @@ RUN_ID = f"rollout-tests-{uuid.uuid4().hex[:8]}"
 LABEL = "coding-agent-rl.run"
 
 
+def reap(proc: subprocess.Popen) -> None:
+    """Kill ``proc`` if it still runs, wait for it and close its pipes (nothing left to leak)."""
+    if proc.poll() is None:
+        proc.kill()
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+    proc.wait()
+
+
 def dataset_lines() -> dict[str, dict]:
     """The raw JSONL lines of the example tasks by short name (what slime's dataset reads)."""
     lines = [json.loads(line) for line in TASKS.read_text().splitlines() if line.strip()]

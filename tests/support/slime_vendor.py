@@ -143,6 +143,17 @@ def fresh_state(args: Any, state_checkpoint: str | None = None) -> Any:
         args.rollout_num_engines = 1
     s.http_utils._http_client = None
     s.http_utils.init_http_client(args)
+    # Tests run each in an event loop of its own, and the client is a process global no test
+    # closes: with keep-alive on, its pooled connections outlive their loop (leaked sockets).
+    # slime's own client, then, with connections closed after each response.
+    import httpx
+
+    s.http_utils._http_client = httpx.AsyncClient(
+        limits=httpx.Limits(
+            max_connections=s.http_utils._client_concurrency, max_keepalive_connections=0
+        ),
+        timeout=httpx.Timeout(None),
+    )
     if state_checkpoint is None:
         return s.sglang_rollout.GenerateState(args)
     return s.sglang_rollout.GenerateState(

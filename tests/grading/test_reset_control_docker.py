@@ -1,0 +1,90 @@
+"""A diff that breaks a grading step after it applied, through the real grading path in Docker.
+
+Infra samples are dropped from training, so a policy that is losing would rather its sample be
+infra than a 0. The reset after the diff (test files back to the base, the hidden test patch,
+the canary files) is the grader's own step; a diff that makes it fail used to be written off as
+infra. A control reset in a fresh sandbox without the diff now decides: it works there, so the
+diff is at fault (model). The attack: a new ``.git/index.lock`` (git's apply refuses ``.git/``
+paths, ``patch --fuzz`` writes it), so the reset's ``git checkout`` of the test files cannot
+take the index. New instances of the class it was not designed around: a corrupt
+``.git/packed-refs`` (git cannot resolve anything: the reset's ``cat-file`` fails), a full
+disk (the reset cannot write the hidden tests), and code that kills the test runner before
+collection (the test stage's control).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from coding_agent_rl.grading.defences import Defences
+from coding_agent_rl.grading.grade import grade
+from coding_agent_rl.grading.prepared import GradingSandbox
+
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("example_images")]
+
+
+def new_file(path: str, text: str) -> str:
+    """A diff section creating ``path``, written by hand (git never tracks ``.git/``)."""
+    lines = text.splitlines()
+    body = "".join(f"+{line}\n" for line in lines)
+    return (
+        f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n"
+        f"@@ -0,0 +1,{len(lines)} @@\n{body}"
+    )
+
+
+GIT_BREAKERS = {
+    "index.lock": new_file(".git/index.lock", "held"),
+    "packed-refs": new_file(".git/packed-refs", "not a ref line"),
+}
+
+
+@pytest.mark.parametrize("breaker", sorted(GIT_BREAKERS))
+async def test_diff_that_breaks_git_for_the_reset(example_rows, breaker):
+    row = example_rows["slugify"]
+    diff = GIT_BREAKERS[breaker]
+
+    # Defence off: the grader's own reset fails and the sample is written off as infra (dropped
+    # from training: the policy escapes its 0).
+    off = await grade(row, diff, defences=Defences(reset_control=False))
+    assert (off.reward, off.failure_kind) == (0.0, "infra"), off.reason
+    assert off.reason.startswith("AfterApplyError: after applying the patch")  # the diff went in
+    assert off.control is None
+
+    on = await grade(row, diff)
+    assert (on.reward, on.failure_kind) == (0.0, "model"), on.reason
+    assert on.control == "fresh sandbox: the reset works"
+    assert on.grader_error is not None and on.grader_error["stage"] == "reset"
+    assert on.grader_error["type"] in ("AfterApplyError", "WorkspaceError")
+
+
+async def test_diff_that_fills_the_disk_before_the_reset(example_rows, make_diff):
+    row = dataclasses.replace(example_rows["slugify"], resources={"disk": "48m"})
+    async with GradingSandbox(row) as probe:  # what the capped disk has free before the diff
+        await probe.ready()
+        df = await probe.sandbox.exec(f"df -B1 --output=avail {row.workdir} | tail -1")
+    free = int(df.stdout)
+    # Fill all but 256 KiB: the diff applies (it needs 128-256 KiB beside the file itself), the
+    # grader's files for the reset do not fit (they fit in 384 KiB).
+    diff = make_diff("slugify", {"textkit/blob.bin": bytes(free - 256 * 1024)})
+
+    off = await grade(row, diff, defences=Defences(reset_control=False))
+    assert (off.reward, off.failure_kind) == (0.0, "infra"), off.reason
+    assert "No space left on device" in off.reason
+
+    on = await grade(row, diff)
+    assert (on.reward, on.failure_kind) == (0.0, "model"), on.reason
+    assert on.control == "fresh sandbox: the reset works"
+
+
+async def test_code_that_kills_the_runner_before_collection(example_rows, make_diff):
+    row = example_rows["slugify"]
+    init = (row.build.context / "repo" / "textkit" / "__init__.py").read_text()
+    diff = make_diff(
+        "slugify", {"textkit/__init__.py": "import os\nos.kill(os.getpid(), 9)\n" + init}
+    )
+    result = await grade(row, diff)
+    assert (result.reward, result.failure_kind) == (0.0, "model"), result.reason
+    assert result.control == "fresh sandbox: a result"
