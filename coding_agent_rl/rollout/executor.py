@@ -73,7 +73,8 @@ class InProcessExecutor:
 
     def expect(self, rows: list[TaskRow]) -> None:
         """Rollouts of ``rows`` come next, in that order (the sandbox pool prepares ahead)."""
-        supply = getattr(self.runtime.runner, "sandboxes", None)
+        runner = self.runtime.runner
+        supply = runner.supply if runner is not None else None
         if supply is not None:
             supply.expect(rows)
 

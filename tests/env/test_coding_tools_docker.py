@@ -94,7 +94,9 @@ async def test_bash_output_and_time_are_bounded(rows):
         t0 = time.monotonic()
         out, _ = await bash(e, "sleep 61 & setsid sleep 62 & sleep 63; echo never", timeout=600)
         assert "timed out after 3 s" in out and "never" not in out
-        assert time.monotonic() - t0 < 3 + 4 * one_call + 2  # the 3 s bound, not the sleeps
+        # The 3 s bound, not the sleeps (61 s and more): killing the group and reading what is
+        # left cost a few more calls on a loaded host.
+        assert time.monotonic() - t0 < 3 + 10 * one_call + 20
         left, _ = await bash(e, "ps -u agent -o comm= | grep -c sleep || true")
         assert left.splitlines()[0] == "0"  # its group killed, and what escaped it (setsid)
     finally:

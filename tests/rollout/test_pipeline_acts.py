@@ -51,7 +51,8 @@ LIMITS = [
     },
     {"say": "Done."},
 ]
-SLOW = [{"shell": "sleep 120"}, {"say": "Done."}]
+# Not a bare `sleep`: a CLI may refuse or background one.
+SLOW = [{"shell": "python3 -c 'import time; time.sleep(120)'"}, {"say": "Done."}]
 SAMPLING = {"temperature": 1.0, "max_new_tokens": 2048}
 
 
@@ -177,7 +178,7 @@ async def test_shared_behaviour_over_both_acts(entry):
             await asyncio.sleep(0.1)
             if containers():
                 break
-        await asyncio.sleep(3.0)  # the agent is in its `sleep 120`
+        await asyncio.sleep(3.0)  # the agent is in its two-minute step
         state.aborted = True
         aborted = one(await asyncio.wait_for(task, 60))
     finally:

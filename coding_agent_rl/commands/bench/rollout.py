@@ -355,7 +355,7 @@ def run(args: argparse.Namespace) -> int:
     if args.executor == "ray":
         from coding_agent_rl.commands.bench import ray_rollout
 
-        return ray_rollout.run(args, summarize=summarize)
+        return ray_rollout.run(args, summarize=summarize, overhead_target_s=TARGET_OVERHEAD_S)
     levels = _levels(args.concurrency)
     if args.n < 1:
         raise UserError("--n must be at least 1")
