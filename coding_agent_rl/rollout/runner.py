@@ -195,10 +195,10 @@ class RolloutRunner:
                 ahead.start()
             with job.timings.phase("agent_s"):
                 cpu0 = await sb.cpu_seconds()
-                result = await self.act.act(job, sb)
-                cpu1 = await sb.cpu_seconds() if result.breach is None else None
-            if cpu0 is not None and cpu1 is not None:  # the agent sandbox's CPU while it ran
-                job.record.set(agent_cpu_s=round(cpu1 - cpu0, 3))
+                try:
+                    result = await self.act.act(job, sb)
+                finally:  # also when the act failed: what the agent's sandbox spent meanwhile
+                    await self._agent_cpu(job, sb, cpu0)
             if result.breach is not None:  # the agent's own doing: the rollout ends here
                 event("limit", job.sid, breach=result.breach)
                 job.record.set(
@@ -266,6 +266,19 @@ class RolloutRunner:
                     ):
                         base_commit = await prepare_agent_workspace(sb, row)
         return sb, base_commit
+
+    @staticmethod
+    async def _agent_cpu(job: Job, sb: Sandbox, cpu0: float | None) -> None:
+        """Record the agent sandbox's CPU seconds since ``cpu0`` (not when either is unknown,
+        e.g. the sandbox was destroyed for a limit)."""
+        if cpu0 is None:
+            return
+        try:
+            cpu1 = await sb.cpu_seconds()
+        except (SandboxError, OSError):  # e.g. destroyed for a limit: its group is gone
+            return
+        if cpu1 is not None:
+            job.record.set(agent_cpu_s=round(cpu1 - cpu0, 3))
 
     async def _diff(self, job: Job, sb: Sandbox, base_commit: str) -> Diff | None:
         """The agent's diff; None (recorded as the model's failure) when it cannot be graded."""

@@ -43,7 +43,9 @@ def test_cli_samples_are_token_exact(agent, hf_runs, tiny_model_dir, capsys):
     assert record["agent"] == agent and record["turns"] >= 1, record
     # Random weights write no patch: the model's failure, scored 0, never infrastructure.
     assert record["failure_kind"] == "model" and record["reward"] == 0.0, record
-    samples = [Sample.from_dict(json.loads(x)) for x in (out / "samples.jsonl").open()]
+    samples = [
+        Sample.from_dict(json.loads(x)) for x in (out / "samples.jsonl").read_text().splitlines()
+    ]
     assert samples
     for s in samples:
         s.check()
