@@ -46,7 +46,8 @@ def test_bench_agents_figures_and_a_broken_cli_misses(tmp_path):
     for name in ("claude_code", "qwen_code"):
         a = agents[name]
         # The figures are the run's own records (the crashed CLI's CPU is measured too).
-        (rec,) = [json.loads(x) for x in (tmp_path / f"r0-{name}/results.jsonl").open()]
+        lines = (tmp_path / f"r0-{name}/results.jsonl").read_text().splitlines()
+        (rec,) = [json.loads(x) for x in lines]
         assert a["solved"] == (rec["reward"] == 1.0) == (name == "claude_code"), rec
         assert a["agent_cpu_s_p50"] == rec["agent_cpu_s"] > 0.1  # a Node.js start alone is more
         assert a["agent_s_p50"] == pytest.approx(rec["timings"]["agent_s"], abs=1e-3)
