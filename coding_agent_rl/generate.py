@@ -169,31 +169,45 @@ async def generate(
     list of objects of ``sample``'s class. Never raises for a per-sample failure: it returns one
     aborted placeholder (``remove_sample=True``, ``metadata.abort_reason``). ``sample`` itself is
     left unchanged. A requeued ``Siblings`` (slime's partial rollouts) restarts from its origin."""
-    from coding_agent_rl.datasets.schema import DatasetError, row_from_sample
     from coding_agent_rl.trainer_abort import slime_abort_flag
 
     check_options(args)
-    if isinstance(sample, Siblings) and sample.origin is not None:
-        sample = sample.origin
-    base = from_caller(sample)
-    if base.rollout_id is None:
-        base.rollout_id = base.index
-
-    def placeholder(reason: str, kind: Any) -> Siblings:
-        return Siblings([to_caller(aborted_sample(base, reason, kind), sample)], origin=sample)
-
-    try:
-        row = row_from_sample(base, base_dir=_settings().dataset_dir)
-    except DatasetError as e:
-        return placeholder(f"task data: {e}", "data")
+    job = _SampleJob(sample, _settings().dataset_dir)
+    if job.row is None:
+        return job.failed
     stop = slime_abort_flag(args)
     if stop is not None and (why := stop()) is not None:  # the step is over: boot nothing
-        return _aborted(placeholder(why, "aborted"), base, row.instance_id, why)
+        return _aborted(job.placeholder(why, "aborted"), job.base, job.row.instance_id, why)
     try:
         runtime = await _get_runtime(args)
     except Exception as e:  # no adapter / tokenizer: nothing can run, but the batch goes on
-        return placeholder(f"runtime start failed: {type(e).__name__}: {e}", "infra")
-    return await run_sample(runtime, _writer, args, sample, sampling_params, evaluation)
+        return job.placeholder(f"runtime start failed: {type(e).__name__}: {e}", "infra")
+    return await run_sample(runtime, _writer, args, job, sampling_params, evaluation)
+
+
+class _SampleJob:
+    """The caller's sample (a requeued ``Siblings`` restarts from its origin), our ``Sample`` of
+    it, and its task row; ``row`` is None when the row is bad (``failed`` says why)."""
+
+    def __init__(self, sample: Any, dataset_dir: Any):
+        from coding_agent_rl.datasets.schema import DatasetError, row_from_sample
+
+        if isinstance(sample, Siblings) and sample.origin is not None:
+            sample = sample.origin
+        self.sample = sample
+        self.base = from_caller(sample)
+        if self.base.rollout_id is None:
+            self.base.rollout_id = self.base.index
+        self.row: Any = None
+        try:
+            self.row = row_from_sample(self.base, base_dir=dataset_dir)
+        except DatasetError as e:
+            self.failed = self.placeholder(f"task data: {e}", "data")
+
+    def placeholder(self, reason: str, kind: Any) -> Siblings:
+        return Siblings(
+            [to_caller(aborted_sample(self.base, reason, kind), self.sample)], origin=self.sample
+        )
 
 
 async def run_sample(
@@ -204,23 +218,18 @@ async def run_sample(
     sampling_params: dict[str, Any],
     evaluation: bool = False,
 ) -> list[Any]:
-    """One rollout of ``sample`` on a started ``runtime`` (see :func:`generate`)."""
-    from coding_agent_rl.datasets.schema import DatasetError, row_from_sample
+    """One rollout of ``sample`` (or a :class:`_SampleJob` of it) on a started ``runtime`` (see
+    :func:`generate`)."""
     from coding_agent_rl.trainer_abort import slime_abort_flag, until_stopped
 
-    if isinstance(sample, Siblings) and sample.origin is not None:
-        sample = sample.origin
-    base = from_caller(sample)
-    if base.rollout_id is None:
-        base.rollout_id = base.index
-
-    def placeholder(reason: str, kind: Any) -> Siblings:
-        return Siblings([to_caller(aborted_sample(base, reason, kind), sample)], origin=sample)
-
-    try:
-        row = row_from_sample(base, base_dir=runtime.config.settings.dataset_dir)
-    except DatasetError as e:
-        return placeholder(f"task data: {e}", "data")
+    job = (
+        sample
+        if isinstance(sample, _SampleJob)
+        else _SampleJob(sample, runtime.config.settings.dataset_dir)
+    )
+    if job.row is None:
+        return job.failed
+    sample, base, row, placeholder = job.sample, job.base, job.row, job.placeholder
     stop = slime_abort_flag(args)
     if runtime.config.settings.tree_rollouts and not evaluation:  # a group is one tree
         work = _tree_work(runtime, args, row, base, sampling_params)

@@ -12,7 +12,6 @@ import asyncio
 import importlib
 import json
 import pathlib
-import types
 
 import pytest
 from support.rollout_helpers import (
@@ -23,8 +22,7 @@ from support.rollout_helpers import (
     solve_steps,
     title,
 )
-from support.slime_path import with_slime_defaults
-from support.slime_vendor import fresh_state
+from support.slime_vendor import fresh_state, slime_args
 
 from coding_agent_rl.policy.scripted import ScriptedPolicy
 from coding_agent_rl.policy.server import PolicyServer
@@ -86,7 +84,7 @@ async def entry(request, rows, tmp_path, monkeypatch):
     url = await server.start("127.0.0.1", 0)
     config = tmp_path / "native.yaml"
     config.write_text("max_turns: 12\nrollout_interaction_env_path: coding_agent_rl.env.coding\n")
-    args = types.SimpleNamespace(
+    args = slime_args(  # slime's own parser defaults, then this launch's flags
         hf_checkpoint=str(qwen3_tokenizer_dir()),
         sglang_router_ip="127.0.0.1",
         sglang_router_port=int(url.rsplit(":", 1)[1]),
@@ -171,7 +169,7 @@ async def test_shared_behaviour_over_both_acts(entry):
     results = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
     assert sorted(x["sample_index"] for x in results) == [0, 1, 2]
     # The trainer's abort mid-rollout: an aborted placeholder, its sandboxes destroyed.
-    state = fresh_state(with_slime_defaults(args))
+    state = fresh_state(args)
     task = asyncio.ensure_future(module.generate(args, sample("editor", 3), dict(SAMPLING)))
     try:
         for _ in range(600):

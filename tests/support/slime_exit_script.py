@@ -3,7 +3,6 @@ one sample through ``coding_agent_rl.generate_native.generate`` with the calc en
 exit without stopping anything. ``python slime_exit_script.py CONFIG.yaml``."""
 
 import sys
-import types
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -14,7 +13,7 @@ from coding_agent_rl.policy.scripted import ScriptedPolicy  # noqa: E402
 from coding_agent_rl.policy.server import PolicyServer  # noqa: E402
 from coding_agent_rl.tokenizer import qwen3_tokenizer_dir  # noqa: E402
 from support.calc_env import TOOLS  # noqa: E402
-from support.slime_vendor import slime  # noqa: E402
+from support.slime_vendor import slime, slime_args  # noqa: E402
 
 SOLVE = {
     "steps": [
@@ -33,7 +32,7 @@ def main(config: str) -> None:
     Path(config).write_text(
         f"max_turns: 6\nrollout_interaction_env_path: {TESTS / 'support' / 'calc_env.py'}\n"
     )
-    args = types.SimpleNamespace(
+    args = slime_args(
         hf_checkpoint=str(qwen3_tokenizer_dir()),
         sglang_router_ip="127.0.0.1",
         sglang_router_port=int(url.rsplit(":", 1)[1]),
