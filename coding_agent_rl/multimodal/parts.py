@@ -53,13 +53,6 @@ def is_image_part(part: Any) -> bool:
     return isinstance(part, dict) and part.get("type") in IMAGE_TYPES
 
 
-def has_images(messages: list[dict[str, Any]]) -> bool:
-    return any(
-        isinstance(m.get("content"), list) and any(is_image_part(p) for p in m["content"])
-        for m in messages
-    )
-
-
 def decode_part(part: dict[str, Any], limits: ImageLimits, where: str) -> ImageRef:
     """The image of one part (``ImageError`` when it cannot be shown)."""
     if isinstance(part.get("image"), ImageRef):

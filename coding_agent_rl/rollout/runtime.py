@@ -242,9 +242,8 @@ class Runtime:
 
     async def stop(self) -> None:
         """Stop what :meth:`start` started (a second call does nothing)."""
-        supply = getattr(self.runner, "supply", None)  # prepared sandboxes not claimed
-        if supply is not None:
-            await supply.close()
+        if self.runner is not None and self.runner.supply is not None:
+            await self.runner.supply.close()  # prepared sandboxes not claimed
         if self.reaper is not None:
             await self.reaper.stop()
             self.reaper = None
