@@ -114,16 +114,34 @@ async def capture_diff(
     if not r.ok:
         why = "timed out" if r.timed_out else f"exit {r.exit_code}"
         raise DiffCaptureError(f"git diff failed ({why}): {(r.stderr or r.stdout).strip()[-500:]}")
-    rest = r.stdout.partition(f"{MARK} ")[2]
-    size_s, _, rest = rest.partition("\n")
-    names_b64, _, data_b64 = rest.partition(f"{MARK}-DATA\n")
-    size = int(size_s)
-    raw_names = base64.b64decode(names_b64)
+    try:  # the agent owns the sandbox and the tools this ran: its output is agent input
+        size, raw_names, data_b64 = _parse_capture(r.stdout)
+    except ValueError as e:  # binascii.Error is one
+        raise DiffCaptureError(f"git diff output is malformed ({e})") from e
     files = tuple(n.decode("utf-8", "surrogateescape") for n in raw_names.split(b"\0") if n)
     if size > limit:
         shown = f"{limit / 2**20:g} MiB" if limit >= 2**20 else f"{limit}-byte"
         cap = f"{shown} cap" + ("" if limit == max_bytes else " (the sandbox's output cap)")
         reason = f"diff over the {cap}: {size} bytes in {len(files)} files"
         return CapturedDiff(text="", size=size, files=files, truncated_reason=reason)
-    data = base64.b64decode(data_b64)
+    try:
+        data = _b64(data_b64)
+    except ValueError as e:
+        raise DiffCaptureError(f"git diff output is malformed ({e})") from e
     return CapturedDiff(text=data.decode("utf-8", "surrogateescape"), size=size, files=files)
+
+
+def _parse_capture(stdout: str) -> tuple[int, bytes, str]:
+    """The capture script's output -> (diff size, NUL-separated names, base64 diff); raises
+    ValueError when it is not what the script prints."""
+    _, marked, rest = stdout.partition(f"{MARK} ")
+    size_s, _, rest = rest.partition("\n")
+    names_b64, data_mark, data_b64 = rest.partition(f"{MARK}-DATA\n")
+    if not marked or not data_mark or not size_s.isdigit():
+        raise ValueError("the capture's markers or size are missing")
+    return int(size_s), _b64(names_b64), data_b64
+
+
+def _b64(text: str) -> bytes:
+    """``base64`` output (lines of 76) -> bytes; anything but the alphabet is a ValueError."""
+    return base64.b64decode("".join(text.split()), validate=True)

@@ -129,3 +129,59 @@ async def test_capture_without_a_repository_is_an_error(example_rows):
         await sb.exec("rm -rf /testbed/.git", check=True)
         with pytest.raises(DiffCaptureError):
             await capture_diff(sb, "/testbed")
+
+
+# An agent that is root in its sandbox puts its own `wc` / `base64` / `git` first on PATH: the
+# capture's output is then whatever it prints. Each must end as the model's DiffCaptureError.
+FORGED_TOOLS = {
+    "size": ("wc", "echo lots"),  # the size line is not a number
+    "names": ("base64", 'echo "@@not-base64@@"'),  # the names are not base64
+    "empty size": ("wc", "true"),  # no size at all
+}
+
+
+def _parse_without_checks(stdout: str) -> int:
+    """How the capture read its output before it treated it as agent input (the defence off)."""
+    import base64
+
+    rest = stdout.partition("CAR-DIFF ")[2]
+    size_s, _, rest = rest.partition("\n")
+    names_b64 = rest.partition("CAR-DIFF-DATA\n")[0]
+    base64.b64decode(names_b64)
+    return int(size_s)
+
+
+class _Recording:
+    """The sandbox, keeping the stdout of its last exec (what the capture parsed)."""
+
+    def __init__(self, sb):
+        self.sb, self.stdout = sb, ""
+        self.output_cap = sb.output_cap
+
+    async def exec(self, *args, **kwargs):
+        r = await self.sb.exec(*args, **kwargs)
+        self.stdout = r.stdout
+        return r
+
+
+@pytest.mark.parametrize("forgery", sorted(FORGED_TOOLS))
+async def test_forged_capture_output_is_the_models_failure(example_rows, forgery):
+    tool, body = FORGED_TOOLS[forgery]
+    row = example_rows["slugify"]
+    async with create_sandbox("docker", image=row.image, network="none") as sb:
+        base = await prepare_workspace(sb, row, agent=True)
+        await sb.exec("echo change >> /testbed/README.md", check=True)
+        ok = await capture_diff(sb, "/testbed", base_commit=base)  # control: the real tools
+        assert ok.files == ("README.md",)
+        await sb.exec(
+            f"printf '#!/bin/sh\\n{body}\\n' > /usr/local/bin/{tool}"
+            f" && chmod +x /usr/local/bin/{tool}",
+            check=True,
+        )
+        recording = _Recording(sb)
+        with pytest.raises(DiffCaptureError, match="malformed"):
+            await capture_diff(recording, "/testbed", base_commit=base)
+    # Defence off: the same output breaks the unchecked parser with a ValueError, which the
+    # pipeline would charge to the infrastructure (and drop the sample from training).
+    with pytest.raises(ValueError):
+        _parse_without_checks(recording.stdout)
