@@ -45,26 +45,28 @@ SETTING_FLAGS: dict[str, str] = {
 }
 
 
+def setting_defaults(conf: settings.Settings) -> dict[str, object]:
+    """The defaults of the flags in :data:`SETTING_FLAGS`: their settings' values."""
+    out: dict[str, object] = {dest: getattr(conf, name) for dest, name in SETTING_FLAGS.items()}
+    out["reasoning_parser"] = out["reasoning_parser"] or "none"
+    return out
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The flags; those in :data:`SETTING_FLAGS` default to the installed settings (so a flag
     and its ``CODING_AGENT_RL_*`` variable mean the same thing)."""
-    conf = settings.current()
     p.add_argument("--dataset", required=True, help="JSONL of task rows")
     p.add_argument(
         "--agent",
-        default=conf.agent,
         help="harness name (claude_code, codex, ...), or 'native': the policy's own tool calls "
         "run by the coding environment, no agent CLI (default %(default)s)",
     )
-    p.add_argument(
-        "--sandbox", default=conf.sandbox, choices=BACKENDS.names(), help="default %(default)s"
-    )
+    p.add_argument("--sandbox", choices=BACKENDS.names(), help="default %(default)s")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--sglang-url", help="a served policy (SGLang server or router)")
     src.add_argument("--policy", help="a CPU policy: replay | scripted:FILE | hf:DIR")
     p.add_argument(
         "--tokenizer",
-        default=conf.tokenizer,
         help="HF tokenizer dir, or 'qwen3' (built offline; default %(default)s)",
     )
     p.add_argument("--out", required=True, type=pathlib.Path)
@@ -76,13 +78,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--executor",
-        default=conf.executor,
         help="where rollouts run: in-process (default %(default)s) or ray (a worker per node "
         "of a Ray cluster advertising coding_agent_rl_slots)",
     )
     p.add_argument(
         "--ray-address",
-        default=conf.ray_address,
         help="with --executor ray: the cluster, HOST:PORT or auto",
     )
     p.add_argument("--n-samples", type=int, default=1, help="rollouts per task (one GRPO group)")
@@ -113,48 +113,41 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--resume-attempts",
         type=int,
-        default=conf.resume_attempts,
         metavar="N",
         help="with --resume: attempts per rollout in all (default %(default)s)",
     )
     p.add_argument(
         "--tool-parser",
-        default=conf.tool_parser,
         help="qwen25 | hermes | qwen3_coder (default %(default)s)",
     )
     p.add_argument(
         "--reasoning-parser",
-        default=conf.reasoning_parser or "none",
         help="qwen3 | none (default %(default)s)",
     )
     p.add_argument(
         "--agent-budget",
         type=float,
-        default=conf.agent_budget_s,
         help="seconds per agent run (default %(default)s)",
     )
     p.add_argument(
         "--eval-timeout",
         type=float,
-        default=conf.eval_timeout_s,
         help="seconds for the tests (default %(default)s)",
     )
     p.add_argument(
         "--rollout-deadline",
         type=float,
-        default=conf.rollout_deadline_s,
         metavar="S",
         help="whole-rollout guard, seconds (default: agent budget + 2 x eval timeout + 600)",
     )
     p.add_argument(
         "--model-name",
-        default=conf.model_name,
         help="the model name the agent CLI is told to use (default %(default)s)",
     )
     p.add_argument("--max-context", type=int, default=32768, help="tokens per sample")
     p.add_argument("--max-new-tokens", type=int, default=4096)
     p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--reward-mode", choices=("full", "split"), default=conf.reward_mode)
+    p.add_argument("--reward-mode", choices=("full", "split"))
     p.add_argument(
         "--max-turns", type=int, help="model turns per rollout (native default: 50; CLIs: no cap)"
     )
@@ -169,21 +162,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tamper-policy",
         choices=("zero", "flag"),
-        default=conf.tamper_policy,
         help="static tamper screen findings: zero the reward or only record them "
         "(default %(default)s)",
     )
     p.add_argument(
         "--twin-grade",
         action=argparse.BooleanOptionalAction,
-        default=conf.twin_grade,
         help="grade every diff twice in fresh sandboxes with independent blinding and canaries; "
         "hidden-test outcomes that disagree are tampering (recommended for evaluation)",
     )
     p.add_argument(
         "--tamper-reward",
         type=float,
-        default=conf.tamper_reward,
         metavar="R",
         help="reward of a result with tampering evidence (default %(default)s; -1 makes a forging "
         "strategy's expected reward negative)",
@@ -216,7 +206,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--pool-size",
         type=int,
-        default=conf.pool_size,
         metavar="N",
         help="agent sandboxes prepared ahead for the rollouts coming next (default: "
         "$CODING_AGENT_RL_POOL_SIZE, 0; docs/sandbox-pool.md says how to size it)",
@@ -224,17 +213,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--fork",
         action=argparse.BooleanOptionalAction,
-        default=conf.fork_groups,
         help="prepare each task once per group (--n-samples) and copy it for every sample "
         "(default: $CODING_AGENT_RL_FORK_GROUPS, off)",
     )
     p.add_argument(
         "--agent-network",
         choices=NETWORK_MODES,
-        default=conf.agent_network,
         help="what the agent sandbox can reach: adapter-only (the default), open (the "
         "backend's network) or none",
     )
+    p.set_defaults(**setting_defaults(settings.current()))
 
 
 def parse_options(items: list[str]) -> dict[str, object]:
