@@ -10,7 +10,7 @@ from support.slime_vendor import slime, slime_args, trainer
 from coding_agent_rl import generate as gen
 from coding_agent_rl.adapter.replay import ReplayPlan, ReplayState, first_difference
 from coding_agent_rl.trajectory import assign_reward
-from coding_agent_rl.trajectory.branching import pick_branch_turns, stretches, tree_advantages
+from coding_agent_rl.trajectory.branching import pick_branch_turns, stretches
 from coding_agent_rl.trajectory.turn import Turn
 from coding_agent_rl.types import Sample, aborted_sample, to_caller
 
@@ -126,11 +126,11 @@ def test_worked_example_through_slimes_conversion():
     data = trainer(args)._convert_samples_to_train_data(samples)
     assert data["rewards"] == pytest.approx(want)
     assert data["rollout_ids"] == [0, 0, 0, 0, 11, 12, 13, 14, 20, 21]
-    # Along the root the stretches add up to the rollout-level advantage r_root - V(0).
-    stretch_adv, branch_adv = tree_advantages(1.0, [(2, 0.0), (2, 0.0), (5, 1.0)])
-    assert stretch_adv == {0: 0.0, 2: 0.5, 5: 0.0}
+    # Along the root the stretches (one value each) add up to the rollout's r_root - V(0).
+    stretch_adv = {
+        tuple(s.metadata["tree_stretch"]): r for s, r in zip(root, rewards[:4], strict=True)
+    }
     assert sum(stretch_adv.values()) == pytest.approx(1.0 - 0.5)
-    assert branch_adv == [-0.5, -0.5, 0.0]
     # slime's default post-process would give every sample of the batch one row's mean.
     _, default = trainer(
         slime_args(
