@@ -96,9 +96,9 @@ def tree_rewards(
         branch_reward: dict[Any, tuple[int, float]] = {}
         for i in members:
             s = samples[i]
-            raw[i] = rollout_reward(s, key)
-            if is_dropped(s):
+            if is_dropped(s):  # 0, and no reward needed (as in post_process_rewards)
                 continue
+            raw[i] = rollout_reward(s, key)
             meta = _meta(s)
             if meta.get("parent_rollout_id") is None:
                 root_reward = raw[i]

@@ -168,6 +168,10 @@ def test_dropped_branches_leave_the_tree_or_its_values():
     samples = [*root, *tree_rollout(1, 1.0, 1, 0, 2), dropped_branch(2, 5)]
     _, rewards = gen.post_process_tree_rewards(args, samples)
     assert rewards == pytest.approx([0.0, -0.5, 0.0, 0.5, 0.0])
+    # A branch slime removed before it was rewarded (no reward at all) is dropped the same way.
+    samples[-1].reward, samples[-1].metadata["rollout_reward"] = None, None
+    raw, rewards = gen.post_process_tree_rewards(args, samples)
+    assert rewards == pytest.approx([0.0, -0.5, 0.0, 0.5, 0.0]) and raw[-1] == 0.0
 
     lone = tree_rollout(0, 1.0, 1, None, None, tree_stretch=[0, 3])
     plain = tree_rollout(3, 0.0, 1, None, None)
