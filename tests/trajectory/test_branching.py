@@ -9,6 +9,10 @@ from support.slime_vendor import slime, slime_args, trainer
 
 from coding_agent_rl import generate as gen
 from coding_agent_rl.adapter.replay import ReplayPlan, ReplayState, first_difference
+from coding_agent_rl.adapter.sessions import SessionStore
+from coding_agent_rl.adapter.turns import TurnEngine
+from coding_agent_rl.adapter.wire import WireRequest
+from coding_agent_rl.model.sglang import Generation
 from coding_agent_rl.trajectory import assign_reward
 from coding_agent_rl.trajectory.branching import pick_branch_turns, stretches
 from coding_agent_rl.trajectory.turn import Turn
@@ -63,6 +67,13 @@ def test_replay_takes_the_matching_turn_and_records_where_a_prompt_diverged():
     assert (mark.diverged, mark.first_diff) == (True, 5)
     assert (mark.ours, mark.recorded) == ("6 9 4", "8 9")
     assert state.take([1], decode) is None and state.done
+    # The last replayed request retried (its turn was never recorded): the same turn again,
+    # not the policy; once recorded, the turn is used up.
+    retry = state.take([1, 2, 3, 100, 7, 6, 9, 4], decode)
+    assert retry is not None and retry[0].index == 1 and retry[1].first_diff == 5
+    state.recorded(0)
+    state.recorded(1)
+    assert state.take([1, 2, 3, 100, 7, 6, 9, 4], decode) is None and not state.pending
     assert first_difference([1, 2], [1, 2, 3]) == 2 and first_difference([4], [4]) is None
 
 
@@ -178,3 +189,36 @@ def test_dropped_branches_leave_the_tree_or_its_values():
     plain[0].metadata = {}
     _, rewards = gen.post_process_tree_rewards(args, [*lone, dropped_branch(2, 3), *plain])
     assert rewards == pytest.approx([0.5, 0.0, -0.5])
+
+
+async def test_a_retried_replayed_request_gets_its_own_turn_again(renderer):
+    """A replayed request whose turn was dropped (the reply never reached the client, e.g. it
+    hung up) is retried by the CLI with the same prompt: it takes the same recorded turn again,
+    through the real turn engine and session store, and not the next turn's reply."""
+    engine = TurnEngine(renderer, None, tool_parser=None, reasoning_parser=None)  # no policy call
+    chat = [{"role": "user", "content": "List the files."}]
+    store = SessionStore()
+    store.open("root")
+    replies = ["I will run ls.", "Done."]
+    for n, text in enumerate(replies):
+        session = store.admit("root")
+        req = WireRequest(chat, [], {}, False, "policy")
+        prepared = await engine.prepare(session, store.snapshot(session), req)
+        out = renderer.tokenizer.encode(text) + renderer.stop_token_ids[:1]
+        _, rec = engine.finish(session, prepared, Generation(out, [-1.0] * len(out), "stop"), "o")
+        store.release(session, rec)
+        chat = [*chat, rec.turn.assistant, {"role": "user", "content": f"f{n}.py"}]
+    plan = ReplayPlan.from_turns(store.turns("root"), 2)
+
+    store.open("branch", replay=plan)
+    first = WireRequest(chat[:1], [], {}, False, "policy")
+    for attempt in ("dropped", "retried"):
+        session = store.admit("branch")
+        prepared = await engine.prepare(session, store.snapshot(session), first)
+        assert prepared.replay is not None and prepared.replay_mark is not None
+        assert (prepared.replay.index, prepared.replay_mark["diverged"]) == (0, False), attempt
+        gen = await engine.generate(prepared, "branch")
+        _, rec = engine.finish(session, prepared, gen, "o")
+        store.release(session, rec if attempt == "retried" else None)
+    assert [t.replay["of"] for t in store.turns("branch")] == [0]
+    assert plan.turns[0].output_ids == tuple(store.turns("branch")[0].output_ids)
