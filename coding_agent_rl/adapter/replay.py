@@ -2,7 +2,8 @@
 
 To branch rollout R at turn k, a fresh sandbox runs the same CLI on the same prompt in a session
 opened with a :class:`ReplayPlan` of R's first k turns. Each request of that session takes one
-recorded turn (the one whose prompt ids equal the request's, else the earliest one not yet
+recorded turn (the one whose prompt ids equal the request's; else the one an unrecorded request
+with the same prompt took, as the client retries a dropped reply; else the earliest one not yet
 taken) and is answered with its ``output_ids`` instead of a policy call: the CLI gets the same
 reply it got in R, its tools run again in the new sandbox, and once the k turns are taken the
 policy samples as usual.
@@ -88,11 +89,14 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
 
 
 class ReplayState:
-    """A session's replay: which recorded turns are still to be taken."""
+    """A session's replay: which recorded turns are still to be taken, and those taken by a
+    request not recorded yet (its reply may never reach the client: the client's retry, the
+    same prompt, takes the same turn again rather than the next one)."""
 
     def __init__(self, plan: ReplayPlan):
         self.plan = plan
         self.left: list[ReplayedTurn] = list(plan.turns)
+        self.pending: dict[int, tuple[int, ...]] = {}  # taken, unrecorded: index -> request ids
 
     @property
     def done(self) -> bool:
@@ -102,11 +106,19 @@ class ReplayState:
         self, prompt_ids: Sequence[int], decode: Callable[[list[int]], str]
     ) -> tuple[ReplayedTurn, ReplayMark] | None:
         """The recorded turn answering a request with ``prompt_ids`` (None once all are taken)."""
-        if not self.left:
+        if not self.left and not self.pending:
             return None
         ids = tuple(prompt_ids)
-        pick = next((t for t in self.left if t.prompt_ids == ids), self.left[0])
-        self.left.remove(pick)
+        pick = next((t for t in self.left if t.prompt_ids == ids), None)
+        if pick is None:  # a retry of a request not recorded
+            pick = next((t for t in self.plan.turns if self.pending.get(t.index) == ids), None)
+        if pick is None:
+            if not self.left:
+                return None
+            pick = self.left[0]
+        if pick in self.left:
+            self.left.remove(pick)
+        self.pending[pick.index] = ids
         mark = ReplayMark(of=pick.index, prompt_len=len(ids), recorded_len=len(pick.prompt_ids))
         at = first_difference(ids, pick.prompt_ids)
         if at is not None:
@@ -114,3 +126,7 @@ class ReplayState:
             mark.ours = decode(list(ids[at : at + SNIPPET_TOKENS]))
             mark.recorded = decode(list(pick.prompt_ids[at : at + SNIPPET_TOKENS]))
         return pick, mark
+
+    def recorded(self, of: int) -> None:
+        """The request the recorded turn ``of`` answered is recorded: it is used up."""
+        self.pending.pop(of, None)

@@ -255,6 +255,8 @@ class SessionStore:
                 return None
             recorded.turn.index = len(session.recorded)
             session.recorded.append(recorded)
+            if session.replay is not None and recorded.turn.replay is not None:
+                session.replay.recorded(recorded.turn.replay["of"])
             return recorded.turn
 
     def snapshot(self, session: Session) -> list[RecordedTurn]:

@@ -10,8 +10,6 @@ from typing import Any
 
 from coding_agent_rl.trajectory.turn import Turn
 
-TREE_KEYS = ("tree_id", "parent_rollout_id", "branch_turn")
-
 
 def turn_surprisal(turn: Turn) -> float:
     """Mean negative logprob of the turn's sampled tokens (0 for an empty or replayed turn)."""
@@ -44,25 +42,13 @@ def in_stretch(lo: int, hi: int) -> Callable[[Turn], bool]:
 def tree_values(
     root_reward: float, branches: Sequence[tuple[int, float]]
 ) -> Callable[[int], float]:
-    """``V(k)``: the mean reward of the root and the branches at ``k' >= k`` (module docstring)."""
+    """``V(k)``: the mean reward of the root and the branches at ``k' >= k`` (docs/trees.md)."""
 
     def value(k: int) -> float:
         rewards = [root_reward, *(r for at, r in branches if at >= k)]
         return sum(rewards) / len(rewards)
 
     return value
-
-
-def tree_advantages(
-    root_reward: float, branches: Sequence[tuple[int, float]]
-) -> tuple[dict[int, float], list[float]]:
-    """The root's advantage per stretch (keyed by the stretch's first turn) and each branch's
-    (in the order given), for branches ``(branch_turn, reward)`` of the root."""
-    value = tree_values(root_reward, branches)
-    cuts = sorted({k for k, _ in branches})
-    ends = [value(k) for k in cuts] + [root_reward]
-    root = {lo: end - value(lo) for lo, end in zip([0, *cuts], ends, strict=True)}
-    return root, [r - value(k) for k, r in branches]
 
 
 def _meta(sample: Any) -> dict[str, Any]:
@@ -76,7 +62,7 @@ def tree_rewards(
     args: Any, samples: Sequence[Any], flat: Callable[[Any, Sequence[Any]], Rewards]
 ) -> Rewards:
     """slime's ``(raw_rewards, rewards)`` where every sample of a tree gets its step-level
-    advantage (module docstring) and samples outside any tree go through ``flat`` (the group
+    advantage (docs/trees.md) and samples outside any tree go through ``flat`` (the group
     normalisation of ``generate.post_process_rewards``), in order.
 
     A tree's rollouts are recognised by ``metadata["tree_id"]`` (a tree without a branch in
@@ -110,9 +96,9 @@ def tree_rewards(
         branch_reward: dict[Any, tuple[int, float]] = {}
         for i in members:
             s = samples[i]
-            raw[i] = rollout_reward(s, key)
-            if is_dropped(s):
+            if is_dropped(s):  # 0, and no reward needed (as in post_process_rewards)
                 continue
+            raw[i] = rollout_reward(s, key)
             meta = _meta(s)
             if meta.get("parent_rollout_id") is None:
                 root_reward = raw[i]

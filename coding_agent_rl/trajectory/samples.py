@@ -2,8 +2,8 @@
 
 Chains (:mod:`.tree`), labels (:mod:`.segments`), then one sample per run of turns whose tokens
 continue each other (:mod:`.drift`); ``loss_mask`` is 1 exactly on the sampled tokens a sample
-trains; replayed turns (a branch's prefix) never are. The rules (trained once, aux chains, budgets, order, weight versions, pictures, reward):
-docs/modules/trajectory.md.
+trains; replayed turns (a branch's prefix) never are. The rules (trained once, aux chains,
+budgets, order, weight versions, pictures, reward): docs/modules/trajectory.md.
 """
 
 from __future__ import annotations

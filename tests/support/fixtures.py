@@ -51,21 +51,6 @@ def example_images() -> None:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer: Any) -> pathlib.Path:
     """A tiny random-weight Qwen3ForCausalLM over the real vocabulary (the ``hf:`` policy's)."""
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from coding_agent_rl.policy.tiny_vlm import build_tiny_lm
 
-    config = Qwen3Config(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=32,
-        tie_word_embeddings=True,
-        max_position_embeddings=4096,
-    )
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("tiny-qwen3")
-    Qwen3ForCausalLM(config).save_pretrained(path)
-    return path
+    return build_tiny_lm(tmp_path_factory.mktemp("tiny-qwen3"), len(tokenizer))

@@ -9,8 +9,12 @@ from support.slime_vendor import slime, slime_args, trainer
 
 from coding_agent_rl import generate as gen
 from coding_agent_rl.adapter.replay import ReplayPlan, ReplayState, first_difference
+from coding_agent_rl.adapter.sessions import SessionStore
+from coding_agent_rl.adapter.turns import TurnEngine
+from coding_agent_rl.adapter.wire import WireRequest
+from coding_agent_rl.model.sglang import Generation
 from coding_agent_rl.trajectory import assign_reward
-from coding_agent_rl.trajectory.branching import pick_branch_turns, stretches, tree_advantages
+from coding_agent_rl.trajectory.branching import pick_branch_turns, stretches
 from coding_agent_rl.trajectory.turn import Turn
 from coding_agent_rl.types import Sample, aborted_sample, to_caller
 
@@ -63,6 +67,13 @@ def test_replay_takes_the_matching_turn_and_records_where_a_prompt_diverged():
     assert (mark.diverged, mark.first_diff) == (True, 5)
     assert (mark.ours, mark.recorded) == ("6 9 4", "8 9")
     assert state.take([1], decode) is None and state.done
+    # The last replayed request retried (its turn was never recorded): the same turn again,
+    # not the policy; once recorded, the turn is used up.
+    retry = state.take([1, 2, 3, 100, 7, 6, 9, 4], decode)
+    assert retry is not None and retry[0].index == 1 and retry[1].first_diff == 5
+    state.recorded(0)
+    state.recorded(1)
+    assert state.take([1, 2, 3, 100, 7, 6, 9, 4], decode) is None and not state.pending
     assert first_difference([1, 2], [1, 2, 3]) == 2 and first_difference([4], [4]) is None
 
 
@@ -126,11 +137,11 @@ def test_worked_example_through_slimes_conversion():
     data = trainer(args)._convert_samples_to_train_data(samples)
     assert data["rewards"] == pytest.approx(want)
     assert data["rollout_ids"] == [0, 0, 0, 0, 11, 12, 13, 14, 20, 21]
-    # Along the root the stretches add up to the rollout-level advantage r_root - V(0).
-    stretch_adv, branch_adv = tree_advantages(1.0, [(2, 0.0), (2, 0.0), (5, 1.0)])
-    assert stretch_adv == {0: 0.0, 2: 0.5, 5: 0.0}
+    # Along the root the stretches (one value each) add up to the rollout's r_root - V(0).
+    stretch_adv = {
+        tuple(s.metadata["tree_stretch"]): r for s, r in zip(root, rewards[:4], strict=True)
+    }
     assert sum(stretch_adv.values()) == pytest.approx(1.0 - 0.5)
-    assert branch_adv == [-0.5, -0.5, 0.0]
     # slime's default post-process would give every sample of the batch one row's mean.
     _, default = trainer(
         slime_args(
@@ -168,9 +179,46 @@ def test_dropped_branches_leave_the_tree_or_its_values():
     samples = [*root, *tree_rollout(1, 1.0, 1, 0, 2), dropped_branch(2, 5)]
     _, rewards = gen.post_process_tree_rewards(args, samples)
     assert rewards == pytest.approx([0.0, -0.5, 0.0, 0.5, 0.0])
+    # A branch slime removed before it was rewarded (no reward at all) is dropped the same way.
+    samples[-1].reward, samples[-1].metadata["rollout_reward"] = None, None
+    raw, rewards = gen.post_process_tree_rewards(args, samples)
+    assert rewards == pytest.approx([0.0, -0.5, 0.0, 0.5, 0.0]) and raw[-1] == 0.0
 
     lone = tree_rollout(0, 1.0, 1, None, None, tree_stretch=[0, 3])
     plain = tree_rollout(3, 0.0, 1, None, None)
     plain[0].metadata = {}
     _, rewards = gen.post_process_tree_rewards(args, [*lone, dropped_branch(2, 3), *plain])
     assert rewards == pytest.approx([0.5, 0.0, -0.5])
+
+
+async def test_a_retried_replayed_request_gets_its_own_turn_again(renderer):
+    """A replayed request whose turn was dropped (the reply never reached the client, e.g. it
+    hung up) is retried by the CLI with the same prompt: it takes the same recorded turn again,
+    through the real turn engine and session store, and not the next turn's reply."""
+    engine = TurnEngine(renderer, None, tool_parser=None, reasoning_parser=None)  # no policy call
+    chat = [{"role": "user", "content": "List the files."}]
+    store = SessionStore()
+    store.open("root")
+    replies = ["I will run ls.", "Done."]
+    for n, text in enumerate(replies):
+        session = store.admit("root")
+        req = WireRequest(chat, [], {}, False, "policy")
+        prepared = await engine.prepare(session, store.snapshot(session), req)
+        out = renderer.tokenizer.encode(text) + renderer.stop_token_ids[:1]
+        _, rec = engine.finish(session, prepared, Generation(out, [-1.0] * len(out), "stop"), "o")
+        store.release(session, rec)
+        chat = [*chat, rec.turn.assistant, {"role": "user", "content": f"f{n}.py"}]
+    plan = ReplayPlan.from_turns(store.turns("root"), 2)
+
+    store.open("branch", replay=plan)
+    first = WireRequest(chat[:1], [], {}, False, "policy")
+    for attempt in ("dropped", "retried"):
+        session = store.admit("branch")
+        prepared = await engine.prepare(session, store.snapshot(session), first)
+        assert prepared.replay is not None and prepared.replay_mark is not None
+        assert (prepared.replay.index, prepared.replay_mark["diverged"]) == (0, False), attempt
+        gen = await engine.generate(prepared, "branch")
+        _, rec = engine.finish(session, prepared, gen, "o")
+        store.release(session, rec if attempt == "retried" else None)
+    assert [t.replay["of"] for t in store.turns("branch")] == [0]
+    assert plan.turns[0].output_ids == tuple(store.turns("branch")[0].output_ids)

@@ -1,13 +1,13 @@
 """``coding-agent-rl bench branch``: reaching turn k of a rollout by prefix replay vs by sampling.
 
-A real adapter in front of the CPU ``hf:`` policy (a tiny random-weight Qwen3 built here, or
-``--model DIR``) serves a deterministic chat client: a root session of ``--turns`` turns (each
-reply echoed back with a fixed tool result). Then, per branch, two sessions reach turn
-``--branch-at`` K in the same process: one whose first K requests are answered from the root's
-recorded turns (adapter/replay.py), and the baseline, one that samples those K turns from the
-policy. Each branch then samples its remaining turns; the tree's samples (the root cut at K,
-the branches with their replayed prefix untrained) are rescored with the same model
-(verify-logprobs) so every trained token is checked.
+A real adapter in front of the CPU ``hf:`` policy (the tiny random-weight Qwen3 of
+policy/tiny_vlm.py, or ``--model DIR``) serves a deterministic chat client: a root session of
+``--turns`` turns (each reply echoed back with a fixed tool result). Then, per branch, two
+sessions reach turn ``--branch-at`` K in the same process: one whose first K requests are
+answered from the root's recorded turns (adapter/replay.py), and the baseline, one that samples
+those K turns from the policy. Each branch then samples its remaining turns; the tree's samples
+(the root cut at K, the branches with their replayed prefix untrained) are rescored with the same
+model (verify-logprobs) so every trained token is checked.
 
 Targets: no policy token sampled to reach K by replay and every replayed prompt identical to
 the root's; replay at least ``TARGET_SPEEDUP`` times faster than sampling the K turns; the tree's
@@ -33,27 +33,6 @@ TASK = "Fix the off-by-one error in pager/paginate.py and run the tests."
 
 def tool_result(i: int) -> str:
     return f"Tool output {i}: ran `pytest -q tests/test_pager.py`; 3 passed, {i % 3} failed."
-
-
-def build_tiny_model(path: pathlib.Path, tokenizer: Any) -> pathlib.Path:
-    """A tiny random-weight Qwen3ForCausalLM over the real vocabulary (seeded)."""
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    config = Qwen3Config(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=32,
-        tie_word_embeddings=True,
-        max_position_embeddings=4096,
-    )
-    torch.manual_seed(0)
-    Qwen3ForCausalLM(config).save_pretrained(path)
-    return path
 
 
 class Client:
@@ -215,6 +194,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from coding_agent_rl.errors import UserError
+    from coding_agent_rl.policy.tiny_vlm import build_tiny_lm
     from coding_agent_rl.tokenizer import load_tokenizer
 
     if not 0 < args.branch_at < args.turns or args.branches < 1 or args.max_new_tokens < 1:
@@ -223,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--model {args.model}: no config.json there")
     tokenizer = load_tokenizer("qwen3")
     with tempfile.TemporaryDirectory(prefix="bench-branch-") as tmp:
-        model = args.model or build_tiny_model(pathlib.Path(tmp), tokenizer)
+        model = args.model or build_tiny_lm(tmp, len(tokenizer))
         result = asyncio.run(
             measure(
                 model, tokenizer, args.turns, args.branch_at, args.branches, args.max_new_tokens
