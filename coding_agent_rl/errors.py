@@ -77,6 +77,14 @@ class TaskDataError(CodingAgentRLError, ValueError):
     default_stage = "data"
 
 
+class NothingTrainable(CodingAgentRLError):
+    """The policy's own rollout left no token to train on (e.g. its tool output filled the
+    context): the model's outcome, with nothing to keep but its reward 0."""
+
+    failure_kind = "model"
+    default_stage = "samples"
+
+
 class EnvFailure(CodingAgentRLError):
     """A native-loop environment failed (not the model's); see :mod:`coding_agent_rl.env.base`."""
 

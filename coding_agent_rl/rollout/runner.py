@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import pathlib
 import socket
@@ -20,6 +21,7 @@ from coding_agent_rl.datasets.schema import TaskRow
 from coding_agent_rl.errors import (
     FailureKind,
     InfraFailure,
+    NothingTrainable,
     RolloutAborted,
     SandboxError,
     TaskDataError,
@@ -40,7 +42,7 @@ from coding_agent_rl.rollout.sandboxes import FreshSandboxes, SandboxSource
 from coding_agent_rl.rollout.teardown import guarded
 from coding_agent_rl.rollout.timing import Timings
 from coding_agent_rl.sandbox import BACKENDS, Sandbox
-from coding_agent_rl.types import Sample, aborted_sample
+from coding_agent_rl.types import Sample, Status, aborted_sample
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +126,19 @@ class RolloutRunner:
             return self._abort(base, record, str(e), "aborted", None)
         except TaskDataError as e:  # the task's own data (e.g. a prompt that does not fit)
             return self._abort(base, record, str(e), "data", None)
+        except NothingTrainable as e:  # the policy's outcome: counted as 0, nothing to train
+            (empty,) = self._abort(base, record, str(e), "model", None)
+            record.set(abort_reason=None, fail_reason=str(e))
+            # Not removed: its group's statistics count its 0 (a rollout that leaves nothing
+            # trainable must not escape its reward); every loss-mask entry is 0.
+            return [
+                dataclasses.replace(
+                    empty,
+                    remove_sample=False,
+                    status=Status.TRUNCATED,
+                    metadata={**empty.metadata, "rollout_reward": 0.0},
+                )
+            ]
         except (InfraFailure, SandboxError) as e:  # ours: a stage, or our sandbox API's call
             return self._abort(base, record, f"{type(e).__name__}: {e}", "infra", e.stage)
         except asyncio.TimeoutError:

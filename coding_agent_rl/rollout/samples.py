@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable
 
 from coding_agent_rl.datasets.schema import TaskRow
-from coding_agent_rl.errors import InfraFailure
+from coding_agent_rl.errors import NothingTrainable, TaskDataError
 from coding_agent_rl.rollout.config import RolloutConfig
 from coding_agent_rl.rollout.record import RolloutRecord
 from coding_agent_rl.trajectory import build_samples
@@ -70,8 +70,21 @@ def rollout_samples(
         final = samples[-1] if samples else base
         return [dataclasses.replace(final, reward=reward)]
     if not samples:
-        raise InfraFailure(
-            "no trainable sample (no sampled token survived the context budget)",
-            stage="internal",
-        )
+        raise _nothing_trainable(turns, config.max_context)
     return samples
+
+
+def _nothing_trainable(turns: list[Turn], max_context: int | None) -> Exception:
+    """Why a rollout with turns has no sample: the task's first prompt does not fit (data), or
+    what the policy did since left nothing to train (its own outcome: a branch whose turns after
+    the replayed prefix sampled nothing, tool output that filled the context)."""
+    own = [t for t in turns if t.replay is None]
+    first = own[0] if own and own[0] is turns[0] else None
+    if first is not None and max_context is not None and len(first.prompt_ids) >= max_context:
+        return TaskDataError(
+            f"the first prompt ({len(first.prompt_ids)} tokens) does not fit "
+            f"max_context {max_context}"
+        )
+    return NothingTrainable(
+        "no trainable sample: no token the policy sampled here survived the context budget"
+    )
