@@ -102,3 +102,28 @@ async def test_code_that_kills_the_runner_before_collection(example_rows, make_d
     result = await grade(row, diff)
     assert (result.reward, result.failure_kind) == (0.0, "model"), result.reason
     assert result.control == "fresh sandbox: a result"
+
+
+async def test_diff_that_leaves_no_room_for_the_eval_script(example_rows, make_diff):
+    # slime's f2p_script rows: the grader's script file must not be written after the diff went
+    # in, where a diff that fills the disk makes the write fail (an infra sample); it rides in
+    # the bundle unpacked by the reset, whose failure the control run settles.
+    padding = "".join(f"# padding line {i:07d} of the task's script\n" for i in range(96 * 1024))
+    script = "import sys, pytest\nsys.exit(pytest.main(['-q', 'tests']))\n" + padding
+    row = dataclasses.replace(
+        example_rows["slugify"],
+        resources={"disk": "48m"},
+        fail_to_pass=(),
+        pass_to_pass=(),
+        eval_script=script,
+    )
+    assert row.grader == "eval_cmd"
+    async with GradingSandbox(row) as probe:
+        prepared = await probe.ready()
+        df = await prepared.sb.exec(f"df -B1 --output=avail {row.workdir} | tail -1")
+    # Half the script's size left after the blob: the apply and the reset of the bare task
+    # need a few hundred KiB, the script megabytes.
+    diff = make_diff("slugify", {"textkit/blob.bin": bytes(int(df.stdout) - len(script) // 2)})
+    result = await grade(row, diff)
+    assert (result.reward, result.failure_kind) == (0.0, "model"), result.reason
+    assert result.control == "fresh sandbox: the reset works"
