@@ -99,7 +99,7 @@ class Prepared:
         return f"{self.runner.dir}/new.z"
 
     def unpack_script(self) -> str:
-        """Unpack the bundle (idempotent): plugin, key, staged test files."""
+        """Unpack the bundle (idempotent): plugin, key, staged test files, the task's scripts."""
         b = q(f"{self.runner.dir}/bundle.tar")
         return f"if [ -f {b} ]; then tar -xf {b} -C / && rm -f {b}; fi\n"
 
@@ -166,6 +166,19 @@ def _read_view(stdout: str, row: TaskRow) -> dict[str, str]:
     return out
 
 
+def protocol_files(row: TaskRow, runner: TestRunner) -> dict[str, tuple[bytes, int]]:
+    """The task's own grading scripts (slime's ``f2p_script``, SWE-bench-Pro's run and parser
+    scripts): in the bundle, so that nothing of the grader's is written after the diff went in
+    (a diff that fills the disk would make that write an infra failure)."""
+    files: dict[str, tuple[bytes, int]] = {}
+    if row.grader == "eval_cmd" and not row.eval_cmd:
+        files[f"{runner.dir}/out/f2p_script.py"] = ((row.eval_script or "").encode(), 0o644)
+    if row.log_parser == "swepro":
+        files[f"{runner.dir}/run_script.sh"] = ((row.swepro_run_script or "").encode(), 0o755)
+        files[f"{runner.dir}/parser.py"] = ((row.swepro_parser_script or "").encode(), 0o644)
+    return files
+
+
 def _bundle(members: dict[str, tuple[bytes, int]]) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -214,6 +227,7 @@ async def prepare_grading(sb: Sandbox, row: TaskRow, defences: Defences | None =
     members = {prepared.plugin_file: (plugin.encode(), 0o644)}
     if method == "plugin":
         members[runner.key_path] = (prepared.key, 0o600)
+    members.update(protocol_files(row, runner))
     if want_view:
         view = _read_view(r.stdout.partition("CAR-LIST\n")[0], row)
         plan = legacy_plan(view, row.fail_to_pass, row.pass_to_pass)

@@ -244,9 +244,7 @@ async def _run_and_parse(g: Graded, cmd: str) -> tuple[dict[str, str], TestRun]:
 
 async def _run_swepro(g: Graded) -> tuple[dict[str, str], TestRun]:
     """SWE-bench-Pro style: the row's run script, then its parser script over the saved output."""
-    d, sb = g.runner.dir, g.sb
-    await sb.write_file(f"{d}/run_script.sh", g.row.swepro_run_script or "", mode=0o755)
-    await sb.write_file(f"{d}/parser.py", g.row.swepro_parser_script or "", mode=0o644)
+    d, sb = g.runner.dir, g.sb  # both scripts came with the bundle (prepared.protocol_files)
     run = await g.run(f"bash {d}/run_script.sh {q(','.join(g.row.test_files))}")
     r = await sb.exec(f"cd {d} && python3 parser.py log /dev/null parsed.json", timeout=120)
     statuses: dict[str, str] = {}
@@ -260,18 +258,13 @@ async def _run_swepro(g: Graded) -> tuple[dict[str, str], TestRun]:
 
 
 def _eval_cmd(g: Graded) -> str:
+    """The row's ``eval_cmd``, or slime's ``f2p_script`` (from the bundle: a pytest file ending
+    in ``sys.exit(pytest.main(...))``)."""
     return g.row.eval_cmd or f"python3 {g.runner.dir}/out/f2p_script.py"
-
-
-async def _write_eval_script(g: Graded) -> None:
-    if not g.row.eval_cmd:  # a pytest file ending in sys.exit(pytest.main(...))
-        path = f"{g.runner.dir}/out/f2p_script.py"
-        await g.sb.write_file(path, g.row.eval_script or "", mode=0o644)
 
 
 async def run_eval(g: Graded) -> None:
     """``eval_cmd`` (or slime's ``f2p_script``): exit 0 = solved."""
-    await _write_eval_script(g)
     run = await g.run(_eval_cmd(g))
     g.record(run)
     if run.timed_out:
@@ -284,7 +277,6 @@ async def run_eval(g: Graded) -> None:
 
 
 async def _eval_works(g: Graded) -> bool:
-    await _write_eval_script(g)
     return not (await g.run(_eval_cmd(g))).timed_out
 
 

@@ -3,6 +3,7 @@ infra-vs-model classification of every failure path."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import textwrap
@@ -134,6 +135,41 @@ async def test_eval_cmd_grader_resets_test_files(example_rows, make_diff):
     result = await grade(row, hack)
     assert (result.reward, result.failure_kind) == (0.0, "model")
     assert result.protected_paths_touched == ["tests/test_textkit.py"]
+
+
+SWEPRO_PARSER = """import json, re, sys
+log, _, out = sys.argv[1:4]
+tests = [{"name": m[2], "status": m[1]}
+         for m in re.finditer(r"^(PASSED|FAILED|ERROR) (\\S+)", open(log).read(), re.M)]
+json.dump({"tests": tests}, open(out, "w"))
+"""
+
+
+async def test_task_scripts_f2p_and_swepro(example_rows):
+    # The task's own scripts (slime's f2p_script; SWE-bench-Pro's run and parser scripts) come
+    # with the grading sandbox's bundle and grade the gold patch and an empty diff apart.
+    base = example_rows["slugify"]
+    f2p = dataclasses.replace(
+        base,
+        fail_to_pass=(),
+        pass_to_pass=(),
+        eval_script="import os, sys, pytest\nsys.path.insert(0, os.getcwd())\n"
+        "sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', 'tests/test_textkit.py']))\n",
+    )
+    only_ids = [t for t in base.fail_to_pass if " " not in t]  # the parser splits on spaces
+    swepro = dataclasses.replace(
+        base,
+        log_parser="swepro",
+        fail_to_pass=tuple(only_ids),
+        pass_to_pass=(),
+        swepro_run_script='python3 -m pytest -rA -p no:cacheprovider "${1//,/ }"\n',
+        swepro_parser_script=SWEPRO_PARSER,
+    )
+    assert f2p.grader == "eval_cmd" and only_ids
+    for row in (f2p, swepro):
+        gold, noop = await asyncio.gather(grade(row, row.patch), grade(row, "", allow_empty=True))
+        assert gold.reward == 1.0, (row.log_parser, gold.reason, gold.test_log[-800:])
+        assert (noop.reward, noop.failure_kind) == (0.0, "model"), noop.reason
 
 
 @pytest.fixture

@@ -214,8 +214,9 @@ async def test_forged_summary_printed_after_pytest_finishes(example_rows, make_d
     init = (row.build.context / "repo" / "textkit" / "__init__.py").read_text()
     diff = make_diff("slugify", {"textkit/__init__.py": init + forged})
     # Round 1's log parser alone: the worst status of a test wins, so a line forged after the
-    # real summary cannot turn a failure into a pass. With the last status winning instead,
-    # the forgery pays.
+    # real summary cannot turn a failure into a pass. With the last status winning instead (a
+    # stand-in for SWE-bench's own parse_log_pytest, which assigns status per line, the last
+    # one kept; the swebench package is not installed here), the forgery pays.
     with monkeypatch.context() as m:
         m.setattr(
             logparse, "merge", lambda statuses, test_id, status: statuses.update({test_id: status})

@@ -21,6 +21,7 @@ import pytest
 from coding_agent_rl.grading.defences import Defences
 from coding_agent_rl.grading.grade import grade
 from coding_agent_rl.grading.prepared import GradingSandbox
+from coding_agent_rl.grading.workspace import run_checked
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("example_images")]
 
@@ -61,18 +62,31 @@ async def test_diff_that_breaks_git_for_the_reset(example_rows, breaker):
 
 
 async def test_diff_that_fills_the_disk_before_the_reset(example_rows, make_diff):
-    row = dataclasses.replace(example_rows["slugify"], resources={"disk": "48m"})
-    async with GradingSandbox(row) as probe:  # what the capped disk has free before the diff
-        await probe.ready()
-        df = await probe.sandbox.exec(f"df -B1 --output=avail {row.workdir} | tail -1")
-    free = int(df.stdout)
-    # Fill all but 256 KiB: the diff applies (it needs 128-256 KiB beside the file itself), the
-    # grader's files for the reset do not fit (they fit in 384 KiB).
-    diff = make_diff("slugify", {"textkit/blob.bin": bytes(free - 256 * 1024)})
+    # Hidden tests that bring a 2 MiB data file: the reset needs megabytes, the apply beside its
+    # blob only the patch file and a few lists, so the diff can leave a wide gap between (a fixed
+    # margin between the two small needs of the bare task broke when either grew).
+    fixture = "".join(f"line {i:07d} of the hidden fixture\n" for i in range(64 * 1024))
+    slugify = example_rows["slugify"]
+    row = dataclasses.replace(
+        slugify,
+        resources={"disk": "48m"},
+        test_patch=slugify.test_patch + new_file("tests/data/fixture.txt", fixture),
+    )
+    async with GradingSandbox(row) as probe:  # what the capped disk has free before the diff,
+        prepared = await probe.ready()  # and what the reset takes of it (measured, not guessed)
+        avail = f"df -B1 --output=avail {row.workdir} | tail -1"
+        free = int((await prepared.sb.exec(avail)).stdout)
+        await run_checked(prepared.sb, prepared.reset_script(row, []), "the probe's reset")
+        need = free - int((await prepared.sb.exec(avail)).stdout)
+    assert need > len(fixture), need
+    # Leave half of what the reset takes: the apply needs the patch file (well under a quarter).
+    diff = make_diff("slugify", {"textkit/blob.bin": bytes(free - need // 2)})
+    assert len(diff) < need // 4, (len(diff), need)
 
     off = await grade(row, diff, defences=Defences(reset_control=False))
     assert (off.reward, off.failure_kind) == (0.0, "infra"), off.reason
     assert "No space left on device" in off.reason
+    assert off.reason.startswith("AfterApplyError: after applying the patch")  # the diff went in
 
     on = await grade(row, diff)
     assert (on.reward, on.failure_kind) == (0.0, "model"), on.reason
@@ -88,3 +102,28 @@ async def test_code_that_kills_the_runner_before_collection(example_rows, make_d
     result = await grade(row, diff)
     assert (result.reward, result.failure_kind) == (0.0, "model"), result.reason
     assert result.control == "fresh sandbox: a result"
+
+
+async def test_diff_that_leaves_no_room_for_the_eval_script(example_rows, make_diff):
+    # slime's f2p_script rows: the grader's script file must not be written after the diff went
+    # in, where a diff that fills the disk makes the write fail (an infra sample); it rides in
+    # the bundle unpacked by the reset, whose failure the control run settles.
+    padding = "".join(f"# padding line {i:07d} of the task's script\n" for i in range(96 * 1024))
+    script = "import sys, pytest\nsys.exit(pytest.main(['-q', 'tests']))\n" + padding
+    row = dataclasses.replace(
+        example_rows["slugify"],
+        resources={"disk": "48m"},
+        fail_to_pass=(),
+        pass_to_pass=(),
+        eval_script=script,
+    )
+    assert row.grader == "eval_cmd"
+    async with GradingSandbox(row) as probe:
+        prepared = await probe.ready()
+        df = await prepared.sb.exec(f"df -B1 --output=avail {row.workdir} | tail -1")
+    # Half the script's size left after the blob: the apply and the reset of the bare task
+    # need a few hundred KiB, the script megabytes.
+    diff = make_diff("slugify", {"textkit/blob.bin": bytes(int(df.stdout) - len(script) // 2)})
+    result = await grade(row, diff)
+    assert (result.reward, result.failure_kind) == (0.0, "model"), result.reason
+    assert result.control == "fresh sandbox: the reset works"
