@@ -13,6 +13,7 @@ import pytest
 from support import BASE_IMAGE
 
 from coding_agent_rl import settings
+from coding_agent_rl.rollout.sandboxes import FreshSandboxes
 from coding_agent_rl.sandbox import SandboxCreateError, admission, create_sandbox
 from coding_agent_rl.sandbox import docker_engine as engine
 
@@ -54,12 +55,13 @@ async def test_creations_in_flight_never_exceed_the_cap(cap: int) -> None:
 
 
 async def test_a_creation_that_times_out_is_destroyed_counted_and_retried() -> None:
+    """Through the pipeline's own path (``FreshSandboxes``, as the runner acquires)."""
     run_id = f"test-{uuid.uuid4().hex[:8]}"
     stats = admission.STATS["docker"]
     timeouts, retries = stats.timeouts, stats.retries
     conf = settings.load(create_timeout_s=0.05, create_timeout_attempts=2)
     with settings.using(conf), pytest.raises(SandboxCreateError, match="timed out 2 time"):
-        await admission.start(lambda: create_sandbox("docker", BASE_IMAGE, run_id=run_id))
+        await FreshSandboxes().acquire("docker", BASE_IMAGE, {"run_id": run_id})
     assert (stats.timeouts, stats.retries) == (timeouts + 2, retries + 1)
     assert engine.list_containers(run_id) == []  # each timed-out attempt was removed
     # The same creation with room to finish succeeds on its first attempt.
