@@ -44,7 +44,7 @@ class _Task:
         default_factory=collections.deque
     )
     snapshot: asyncio.Future[tuple[Snapshot, str]] | None = None
-    live: int = 0  # copies of the snapshot not yet closed
+    live: int = 0  # copies of the snapshot not yet closed (or being made)
 
 
 class SandboxSupply:
@@ -161,17 +161,22 @@ class SandboxSupply:
             await self._evict_idle()
             task.snapshot = asyncio.ensure_future(self._snapshot(task.row))
         making = task.snapshot
+        task.live += 1  # counted from the claim: no release or eviction while it is copying
         try:
-            snap, base = await asyncio.shield(making)
-        except Exception:
-            if task.snapshot is making and making.done():
-                task.snapshot = None  # the next claim tries again
+            try:
+                snap, base = await asyncio.shield(making)
+            except Exception:
+                if task.snapshot is making and making.done():
+                    task.snapshot = None  # the next claim tries again
+                raise
+            try:
+                sb = await snap.copy()
+            except SandboxError as e:
+                raise InfraFailure(f"sandbox: {e}", stage="sandbox") from e
+        except BaseException:
+            task.live -= 1
+            await self._maybe_release(task)
             raise
-        try:
-            sb = await snap.copy()
-        except SandboxError as e:
-            raise InfraFailure(f"sandbox: {e}", stage="sandbox") from e
-        task.live += 1
         self.stats.copies += 1
 
         async def released() -> None:

@@ -165,3 +165,39 @@ async def test_an_abandoned_groups_snapshot_is_evicted_when_another_group_needs_
         assert not any(i["Id"] == image for i in engine.list_images())
     finally:
         await supply.close()
+
+
+async def test_a_claim_still_copying_keeps_its_groups_snapshot_when_a_sibling_closes(
+    example_rows: dict[str, TaskRow],
+) -> None:
+    """The group's last claim is waiting for a creation slot when its sibling's copy closes:
+    the snapshot must stay for it (removing it would fail the claim as infra)."""
+    from coding_agent_rl import settings
+    from coding_agent_rl.sandbox import admission
+
+    row = example_rows["pager"]
+    supply = _supply(fork=True, group_size=2)
+    with settings.using(settings.load(boot_concurrency=1, admission_jitter_s=0.0)):
+        try:
+            a, _ = await supply.obtain(row)
+            making = supply._tasks[row.instance_id].snapshot
+            assert making is not None
+            image = (await making)[0].image_id  # type: ignore[attr-defined]
+            gate = admission._gate("docker", 1)
+            await gate.acquire()  # the engine is busy: the next copy waits for its slot
+            try:
+                claim = asyncio.ensure_future(supply.obtain(row))
+                await asyncio.sleep(0.3)
+                assert not claim.done()
+                await a.close()  # the sibling's copy goes while the claim is copying
+            finally:
+                gate.release()
+            b, base = await claim
+            try:
+                assert base and (await b.exec("git status --short", cwd=row.workdir)).ok
+                assert any(i["Id"] == image for i in engine.list_images())
+            finally:
+                await b.close()
+            assert not any(i["Id"] == image for i in engine.list_images())  # then it goes
+        finally:
+            await supply.close()
