@@ -201,3 +201,12 @@ async def test_a_claim_still_copying_keeps_its_groups_snapshot_when_a_sibling_cl
             assert not any(i["Id"] == image for i in engine.list_images())  # then it goes
         finally:
             await supply.close()
+
+
+async def test_a_supply_that_is_off_keeps_nothing_of_the_rows_expected(
+    example_rows: dict[str, TaskRow],
+) -> None:
+    supply = _supply(group_size=4)  # no pool, no copies: every rollout makes its own
+    assert not supply.active
+    supply.expect([example_rows["slugify"], example_rows["pager"]] * 500)
+    assert supply._tasks == {}
