@@ -103,10 +103,19 @@ class SandboxSupply:
         prepared = None
         while task.ready and prepared is None:
             fut = task.ready.popleft()
-            candidate = await self._claim(fut)
+            try:
+                candidate = await self._claim(fut)
+            except asyncio.CancelledError:  # still the pool's: the next claim (or close) takes it
+                task.ready.appendleft(fut)
+                raise
             if candidate is None:
                 continue
-            if await self._healthy(candidate.sandbox):
+            try:
+                healthy = await self._healthy(candidate.sandbox)
+            except BaseException:  # cancelled: nobody else holds it
+                await candidate.sandbox.close()
+                raise
+            if healthy:
                 prepared = candidate
                 self.stats.hits += 1
             else:

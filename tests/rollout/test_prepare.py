@@ -210,3 +210,27 @@ async def test_a_supply_that_is_off_keeps_nothing_of_the_rows_expected(
     assert not supply.active
     supply.expect([example_rows["slugify"], example_rows["pager"]] * 500)
     assert supply._tasks == {}
+
+
+async def test_a_claim_cancelled_while_its_sandbox_is_prepared_leaves_it_to_the_pool(
+    example_rows: dict[str, TaskRow],
+) -> None:
+    """A rollout aborted while it waits for a pooled sandbox: the sandbox is not lost (the next
+    claim gets it, close removes it)."""
+    row = example_rows["slugify"]
+    supply = _supply(pool_size=1, fork=False, group_size=3)
+    supply.expect([row] * 3)
+    try:
+        fut = supply._tasks[row.instance_id].ready[0]
+        claim = asyncio.ensure_future(supply.obtain(row))
+        await asyncio.sleep(0.2)
+        assert not fut.done()
+        claim.cancel()
+        await asyncio.wait([claim])
+        pooled = (await fut).sandbox
+        hits = supply.stats.hits
+        sb, base = await supply.obtain(row)  # the next claim is served the prepared one
+        assert sb is pooled and base and supply.stats.hits == hits + 1
+        await sb.close()
+    finally:
+        await supply.close()
