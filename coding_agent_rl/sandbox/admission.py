@@ -100,15 +100,15 @@ def _gate(backend: str, limit: int) -> asyncio.Semaphore:
 
 
 @contextlib.asynccontextmanager
-async def creating(backend: str) -> AsyncIterator[None]:
-    """One creation of a ``backend`` sandbox: waits for a slot (``boot_concurrency`` in flight),
-    sleeps a random ``[0, admission_jitter_s)`` when others are in flight (so a burst does not
+async def creating(backend: str, limit: int | None = None) -> AsyncIterator[None]:
+    """One creation of a ``backend`` sandbox: waits for a slot (``limit``, default the settings'
+    ``boot_concurrency``, in flight), sleeps a random ``[0, admission_jitter_s)`` when others are in flight (so a burst does not
     hit the engine in lockstep), and counts it."""
     conf = settings.current()
     stats = STATS[backend]
     if stats.in_flight and conf.admission_jitter_s > 0:  # before the slot: it is not held idle
         await asyncio.sleep(random.uniform(0, conf.admission_jitter_s))
-    async with _gate(backend, conf.boot_concurrency):
+    async with _gate(backend, conf.boot_concurrency if limit is None else max(1, limit)):
         stats.in_flight += 1
         t0 = time.monotonic()
         try:
