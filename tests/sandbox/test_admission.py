@@ -88,3 +88,32 @@ async def test_the_progress_line_and_metrics_prom_count_this_runs_creations(tmp_
     assert 'coding_agent_rl_sandboxes{backend="docker",figure="started"} 1.0' in prom
     assert 'figure="start_p50_s"}' in prom
     progress.stream.close()
+
+
+async def test_the_wait_for_a_slot_is_not_counted_against_the_creation_timeout() -> None:
+    """A burst larger than the cap queues: a creation that waited longer than the timeout for its
+    slot but then starts quickly must not be timed out (and retried, and failed as infra)."""
+    run_id = f"test-{uuid.uuid4().hex[:8]}"
+    stats = admission.STATS["docker"]
+    timeouts = stats.timeouts
+    conf = settings.load(boot_concurrency=1, admission_jitter_s=0.0, create_timeout_s=20)
+    with settings.using(conf):
+        gate = admission._gate("docker", 1)
+        await gate.acquire()  # the engine's one slot is busy for longer than the timeout
+        try:
+            waiting = asyncio.ensure_future(
+                admission.start(
+                    lambda: create_sandbox("docker", BASE_IMAGE, run_id=run_id),
+                    timeout=4.0,
+                    attempts=1,
+                )
+            )
+            await asyncio.sleep(4.5)
+            assert not waiting.done()
+        finally:
+            gate.release()
+        sb = await waiting
+        try:
+            assert (await sb.exec("true")).ok and stats.timeouts == timeouts
+        finally:
+            await sb.close()
