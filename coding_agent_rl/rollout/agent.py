@@ -17,7 +17,8 @@ from coding_agent_rl.harness import AgentRun, BaseHarness, HarnessContext
 from coding_agent_rl.harness.launch import RUN_ROOT
 from coding_agent_rl.rollout.config import RolloutConfig
 from coding_agent_rl.rollout.isolation import AgentNetwork
-from coding_agent_rl.sandbox import BACKENDS, Sandbox, admission, create_sandbox
+from coding_agent_rl.rollout.sandboxes import FreshSandboxes
+from coding_agent_rl.sandbox import BACKENDS, Sandbox
 from coding_agent_rl.sandbox.task import task_options
 
 log = logging.getLogger("coding_agent_rl.rollout.runner")
@@ -64,15 +65,15 @@ class AgentPhase:
 
     async def create_sandbox(self, row: TaskRow, *, template: bool = False) -> Sandbox:
         """A started agent sandbox for a prepared supply (``template``: one made to be
-        snapshotted, ``Sandbox.template_options``); the pipeline's own path is
-        :class:`~coding_agent_rl.rollout.sandboxes.FreshSandboxes`."""
+        snapshotted, ``Sandbox.template_options``), started as the pipeline's own are
+        (:class:`~coding_agent_rl.rollout.sandboxes.FreshSandboxes`)."""
         cfg = self.config
         await self.agent_mounts()
         opts = self.sandbox_options(row)
         if template:
             opts = BACKENDS.load(cfg.backend).template_options(opts)
         try:
-            return await admission.start(lambda: create_sandbox(cfg.backend, row.image, **opts))
+            return await FreshSandboxes().acquire(cfg.backend, row.image, opts)
         except SandboxError as e:
             self.mount_failed(e)
             raise InfraFailure(f"sandbox: {e}", stage="sandbox") from e

@@ -44,7 +44,7 @@ class _Task:
         default_factory=collections.deque
     )
     snapshot: asyncio.Future[tuple[Snapshot, str]] | None = None
-    live: int = 0  # copies of the snapshot not yet closed
+    live: int = 0  # copies of the snapshot not yet closed (or being made)
 
 
 class SandboxSupply:
@@ -66,7 +66,6 @@ class SandboxSupply:
         self.fork = fork and not single and BACKENDS.load(self.backend).supports_snapshot()
         self.group_size = group_size
         self._tasks: dict[str, _Task] = {}
-        self._order: collections.deque[str] = collections.deque()  # expected tasks, in order
         self._closed = False
         self._finished: set[str] = set()  # tasks whose group's copies were all handed out
         if fork and not single and not self.fork:
@@ -104,10 +103,19 @@ class SandboxSupply:
         prepared = None
         while task.ready and prepared is None:
             fut = task.ready.popleft()
-            candidate = await self._claim(fut)
+            try:
+                candidate = await self._claim(fut)
+            except asyncio.CancelledError:  # still the pool's: the next claim (or close) takes it
+                task.ready.appendleft(fut)
+                raise
             if candidate is None:
                 continue
-            if await self._healthy(candidate.sandbox):
+            try:
+                healthy = await self._healthy(candidate.sandbox)
+            except BaseException:  # cancelled: nobody else holds it
+                await candidate.sandbox.close()
+                raise
+            if healthy:
                 prepared = candidate
                 self.stats.hits += 1
             else:
@@ -161,17 +169,22 @@ class SandboxSupply:
             await self._evict_idle()
             task.snapshot = asyncio.ensure_future(self._snapshot(task.row))
         making = task.snapshot
+        task.live += 1  # counted from the claim: no release or eviction while it is copying
         try:
-            snap, base = await asyncio.shield(making)
-        except Exception:
-            if task.snapshot is making and making.done():
-                task.snapshot = None  # the next claim tries again
+            try:
+                snap, base = await asyncio.shield(making)
+            except Exception:
+                if task.snapshot is making and making.done():
+                    task.snapshot = None  # the next claim tries again
+                raise
+            try:
+                sb = await snap.copy()
+            except SandboxError as e:
+                raise InfraFailure(f"sandbox: {e}", stage="sandbox") from e
+        except BaseException:
+            task.live -= 1
+            await self._maybe_release(task)
             raise
-        try:
-            sb = await snap.copy()
-        except SandboxError as e:
-            raise InfraFailure(f"sandbox: {e}", stage="sandbox") from e
-        task.live += 1
         self.stats.copies += 1
 
         async def released() -> None:
@@ -225,28 +238,25 @@ class SandboxSupply:
     # ---- ahead of demand ---------------------------------------------------------------------
     def expect(self, rows: Iterable[TaskRow]) -> None:
         """Rollouts of ``rows`` (one entry per rollout, in the order they will be claimed) are
-        coming: the pool prepares for them ahead."""
+        coming: the pool prepares for them ahead (nothing is kept when the supply is off)."""
+        if not self.active:
+            return
         for row in rows:
             task = self._task(row)
             if self.group_size is None:
                 task.expected += 1
-            if not self._order or self._order[-1] != row.instance_id:
-                self._order.append(row.instance_id)
         self._refill()
 
     def _pooled(self) -> int:
         return sum(len(t.ready) for t in self._tasks.values())
 
     def _refill(self) -> None:
-        """Start preparing sandboxes for the tasks expected next, up to ``pool_size``."""
+        """Start preparing sandboxes for the tasks expected next (the oldest first: ``_tasks``
+        keeps the order they were expected in), up to ``pool_size``."""
         if self._closed or self.pool_size <= 0:
             return
-        while self._order and self._order[0] not in self._tasks:
-            self._order.popleft()
-        candidates = [self._tasks[k] for k in self._order if k in self._tasks]
-        candidates += [t for t in self._tasks.values() if t not in candidates]
         room = self.pool_size - self._pooled()
-        for task in candidates:
+        for task in self._tasks.values():
             while room > 0 and task.expected > len(task.ready):
                 room -= 1
                 task.ready.append(asyncio.ensure_future(self._fill(task)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from coding_agent_rl.sandbox import Sandbox, create_sandbox
+from coding_agent_rl.sandbox import Sandbox, admission, create_sandbox
 
 
 class SandboxSource(Protocol):
@@ -16,12 +16,11 @@ class SandboxSource(Protocol):
 
 
 class FreshSandboxes:
-    """A new sandbox per rollout, destroyed after it."""
+    """A new sandbox per rollout, destroyed after it; started through admission control (its
+    per-attempt timeout and retries, :func:`~coding_agent_rl.sandbox.admission.start`)."""
 
     async def acquire(self, backend: str, image: str, options: dict[str, Any]) -> Sandbox:
-        sb = create_sandbox(backend, image, **options)
-        await sb.__aenter__()  # destroys what it created when it fails or is cancelled
-        return sb
+        return await admission.start(lambda: create_sandbox(backend, image, **options))
 
     async def release(self, sb: Sandbox) -> None:
         await sb.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import dataclasses
 import logging
 import random
@@ -99,27 +100,55 @@ def _gate(backend: str, limit: int) -> asyncio.Semaphore:
     return entry[1]
 
 
+# The timeout :func:`start` gives the creation it awaits (None: none); it runs from the slot.
+_attempt_timeout: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "create_timeout_s", default=None
+)
+
+
+class _Expired(Exception):
+    """A creation held its slot longer than its attempt's timeout (and was cancelled)."""
+
+
 @contextlib.asynccontextmanager
-async def creating(backend: str) -> AsyncIterator[None]:
-    """One creation of a ``backend`` sandbox: waits for a slot (``boot_concurrency`` in flight),
-    sleeps a random ``[0, admission_jitter_s)`` when others are in flight (so a burst does not
-    hit the engine in lockstep), and counts it."""
+async def creating(backend: str, limit: int | None = None) -> AsyncIterator[None]:
+    """One creation of a ``backend`` sandbox: waits for a slot (``limit``, default the settings'
+    ``boot_concurrency``, in flight), sleeps a random ``[0, admission_jitter_s)`` when others are
+    in flight (so a burst does not hit the engine in lockstep), and counts it. Under
+    :func:`start`, the creation is cancelled once it has held its slot for the attempt's timeout
+    (the wait for a slot does not count) and raises :class:`_Expired`."""
     conf = settings.current()
     stats = STATS[backend]
     if stats.in_flight and conf.admission_jitter_s > 0:  # before the slot: it is not held idle
         await asyncio.sleep(random.uniform(0, conf.admission_jitter_s))
-    async with _gate(backend, conf.boot_concurrency):
+    async with _gate(backend, conf.boot_concurrency if limit is None else max(1, limit)):
         stats.in_flight += 1
         t0 = time.monotonic()
+        task, timeout = asyncio.current_task(), _attempt_timeout.get()
+        assert task is not None
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            task.cancel()
+
+        timer = asyncio.get_running_loop().call_later(timeout, expire) if timeout else None
         try:
             yield
-        except BaseException:
+        except BaseException as e:
             stats.failed += 1
+            if expired and isinstance(e, asyncio.CancelledError):
+                if hasattr(task, "uncancel"):  # Python >= 3.11: the cancel was ours
+                    task.uncancel()
+                raise _Expired() from None
             raise
         else:
             stats.started += 1
             stats.latencies.append(time.monotonic() - t0)
         finally:
+            if timer is not None:
+                timer.cancel()
             stats.in_flight -= 1
 
 
@@ -130,20 +159,22 @@ async def start(
     attempts: int | None = None,
 ) -> S:
     """A started sandbox from ``make()`` (a new, not-started object per attempt). An attempt
-    that takes longer than ``timeout`` (default ``create_timeout_s``) is destroyed, counted and
-    retried after a jittered exponential backoff, ``attempts`` times in all (default
-    ``create_timeout_attempts``); the last timeout raises :class:`SandboxCreateError`."""
+    whose creation holds its slot longer than ``timeout`` (default ``create_timeout_s``; the
+    wait for a slot does not count) is destroyed, counted and retried after a jittered
+    exponential backoff, ``attempts`` times in all (default ``create_timeout_attempts``); the
+    last timeout raises :class:`SandboxCreateError`."""
 
     conf = settings.current()
     timeout = conf.create_timeout_s if timeout is None else timeout
     attempts = max(1, conf.create_timeout_attempts if attempts is None else attempts)
     for attempt in range(attempts):
         sb = make()
+        token = _attempt_timeout.set(timeout if timeout > 0 else None)
         try:
-            # __aenter__ destroys what it created when it is cancelled by the timeout.
-            await asyncio.wait_for(sb.__aenter__(), timeout if timeout > 0 else None)
+            # __aenter__ destroys what it created when the timeout cancels it.
+            await sb.__aenter__()
             return sb
-        except asyncio.TimeoutError:
+        except _Expired:
             stats = STATS[sb.backend]
             stats.timeouts += 1
             if attempt == attempts - 1:
@@ -162,6 +193,8 @@ async def start(
                 attempts,
             )
             await asyncio.sleep(delay)
+        finally:
+            _attempt_timeout.reset(token)
     raise AssertionError("unreachable")
 
 

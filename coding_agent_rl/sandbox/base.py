@@ -279,12 +279,17 @@ class Sandbox(abc.ABC):
         accounting, read on this host); None when the backend cannot tell."""
         return None
 
+    @property
+    def boot_limit(self) -> int | None:
+        """This sandbox's cap on creations in flight (None: the settings' ``boot_concurrency``)."""
+        return None
+
     # ---- shared behaviour ----------------------------------------------------------------------
     async def __aenter__(self) -> Sandbox:
         if self._state != "new":
             raise SandboxError(f"{self.backend} sandbox already used; create a new one")
         try:
-            async with admission.creating(self.backend):
+            async with admission.creating(self.backend, self.boot_limit):
                 await self._create()
         except BaseException:
             await asyncio.shield(self._safe_destroy())

@@ -76,7 +76,7 @@ class DockerOptions:
     workdir: str | None = None  # default cwd of execs
     env: dict[str, str] | None = None  # environment of every exec
     extra_hosts: dict[str, str] | None = None  # /etc/hosts entries: name -> address
-    boot_concurrency: int | None = None  # default: $SWE_BOOT_CONCURRENCY or 16
+    boot_concurrency: int | None = None  # creations in flight (default: the settings')
     create_attempts: int = 4  # tries on transient engine errors
     # Read-only bind mounts, host path -> sandbox path (e.g. an agent CLI from the host cache).
     # Host paths name files on the engine's machine: see docker_engine.is_local().
@@ -184,36 +184,39 @@ class DockerSandbox(Sandbox):
         upper = ((info.get("GraphDriver") or {}).get("Data") or {}).get("UpperDir")
         self._watch = iso.Watch(self.limits, self._disk, pid, upper if pid else None)
 
+    @property
+    def boot_limit(self) -> int | None:
+        return self.opts.boot_concurrency
+
     async def _create(self) -> None:
         attempts = max(1, self.opts.create_attempts)
-        async with engine.boot_semaphore(engine.boot_concurrency(self.opts.boot_concurrency)):
-            for attempt in range(attempts):
-                self._create_fut = engine.in_thread(self._create_blocking)
-                try:
-                    # Cancellation leaves the thread running; _destroy waits for it.
-                    await asyncio.shield(self._create_fut)
-                    return
-                except docker.errors.ImageNotFound as e:
-                    raise ImageNotFound(
-                        f"docker image {self.image!r} not found; build it with: "
-                        f"{build_hint(self.image)}"
-                    ) from e
-                except Exception as e:
-                    if not _transient(e) or attempt == attempts - 1:
-                        if "rlimit type 7" in str(e):
-                            raise SandboxCreateError(
-                                f"docker: open-files limit nofile={self.limits.nofile} is above "
-                                f"the engine's own hard limit: lower it (option nofile): {e}"
-                            ) from e
-                        if "runtime" in str(e).lower() and self.opts.runtime:
-                            raise SandboxCreateError(
-                                f"docker: the engine has no runtime {self.opts.runtime!r} "
-                                f"registered (see docs/isolation.md, gVisor): {e}"
-                            ) from e
-                        raise SandboxCreateError(f"docker: cannot create a sandbox: {e}") from e
-                    await self._destroy()
-                    self._cid = None
-                    await asyncio.sleep(0.25 * 2**attempt * (1 + random.random()))
+        for attempt in range(attempts):
+            self._create_fut = engine.in_thread(self._create_blocking)
+            try:
+                # Cancellation leaves the thread running; _destroy waits for it.
+                await asyncio.shield(self._create_fut)
+                return
+            except docker.errors.ImageNotFound as e:
+                raise ImageNotFound(
+                    f"docker image {self.image!r} not found; build it with: "
+                    f"{build_hint(self.image)}"
+                ) from e
+            except Exception as e:
+                if not _transient(e) or attempt == attempts - 1:
+                    if "rlimit type 7" in str(e):
+                        raise SandboxCreateError(
+                            f"docker: open-files limit nofile={self.limits.nofile} is above "
+                            f"the engine's own hard limit: lower it (option nofile): {e}"
+                        ) from e
+                    if "runtime" in str(e).lower() and self.opts.runtime:
+                        raise SandboxCreateError(
+                            f"docker: the engine has no runtime {self.opts.runtime!r} "
+                            f"registered (see docs/isolation.md, gVisor): {e}"
+                        ) from e
+                    raise SandboxCreateError(f"docker: cannot create a sandbox: {e}") from e
+                await self._destroy()
+                self._cid = None
+                await asyncio.sleep(0.25 * 2**attempt * (1 + random.random()))
 
     async def _destroy(self) -> None:
         if self._create_fut is not None and not self._create_fut.done():

@@ -93,29 +93,6 @@ def default_run_id() -> str:
         return _run_id
 
 
-def boot_concurrency(option: int | None) -> int:
-    if option is not None:
-        return max(1, option)
-    return settings.current().boot_concurrency
-
-
-# asyncio primitives belong to one loop; tests run one loop per test, slime one per process.
-_semaphores: dict[tuple[int, int], tuple[asyncio.AbstractEventLoop, asyncio.Semaphore]] = {}
-
-
-def boot_semaphore(limit: int) -> asyncio.Semaphore:
-    """The semaphore bounding concurrent creations in the running loop."""
-    loop = asyncio.get_running_loop()
-    key = (id(loop), limit)
-    with _lock:
-        entry = _semaphores.get(key)
-        if entry is None or entry[0] is not loop:
-            for k in [k for k, (lp, _) in _semaphores.items() if lp.is_closed()]:
-                del _semaphores[k]
-            entry = _semaphores[key] = (loop, asyncio.Semaphore(limit))
-        return entry[1]
-
-
 def owner_labels() -> dict[str, str]:
     """This process as the owner of what it creates (:mod:`coding_agent_rl.sandbox.owner`)."""
     return owner.current().labels()

@@ -14,7 +14,7 @@ from typing import Any
 
 from coding_agent_rl.sandbox import admission
 from coding_agent_rl.sandbox import docker_engine as engine
-from coding_agent_rl.sandbox.base import Sandbox, SandboxError
+from coding_agent_rl.sandbox.base import Sandbox
 from coding_agent_rl.sandbox.snapshot import Snapshot
 
 
@@ -25,17 +25,13 @@ class DockerSnapshot(Snapshot):
         self.image_id = image_id
         self.make = make  # the backend's sandbox class
         self.options = options
-        self._removed = False
+        self.name = image_id[:19]
 
-    async def copy(self) -> Sandbox:
-        if self._removed:
-            raise SandboxError(f"docker snapshot {self.image_id[:19]} was removed")
+    async def _copy(self) -> Sandbox:
         return await admission.start(lambda: self.make(self.image_id, **self.options))
 
-    async def remove(self) -> None:
-        if not self._removed:
-            self._removed = True
-            await engine.in_thread(engine.remove_image, self.image_id)
+    async def _remove(self) -> None:
+        await engine.in_thread(engine.remove_image, self.image_id)
 
 
 def commit(cid: str, labels: dict[str, str]) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from coding_agent_rl.sandbox.base import Sandbox, SandboxCreateError, SandboxError
+from coding_agent_rl.sandbox.base import Sandbox, SandboxCreateError
 from coding_agent_rl.sandbox.snapshot import Snapshot
 
 MAX_FORK = 20  # the API's bound on ``count``
@@ -20,14 +20,13 @@ class E2BSnapshot(Snapshot):
         """``parent``: the prepared E2B sandbox (its class adopts the forks)."""
         self.parent = parent
         self.options = options
-        self._removed = False
+        self.name = f"of {parent.sandbox_id}"
 
-    async def copy(self) -> Sandbox:
+    async def _copy(self) -> Sandbox:
         return (await self.copies(1))[0]
 
     async def copies(self, n: int) -> list[Sandbox]:
-        if self._removed:
-            raise SandboxError(f"e2b snapshot of {self.parent.sandbox_id} was removed")
+        self._check_live()
         handle = self.parent.handle
         out: list[Sandbox] = []
         try:
@@ -49,7 +48,5 @@ class E2BSnapshot(Snapshot):
             raise
         return out
 
-    async def remove(self) -> None:
-        if not self._removed:
-            self._removed = True
-            await self.parent.close()
+    async def _remove(self) -> None:
+        await self.parent.close()

@@ -33,8 +33,7 @@ class LocalSnapshot(Snapshot):
         self.store = store
         self.seeds = seeds
         self.options = dict(options)
-        self.snapshot_id = store.name
-        self._removed = False
+        self.snapshot_id = self.name = store.name
 
     @classmethod
     def freeze(
@@ -63,14 +62,10 @@ class LocalSnapshot(Snapshot):
             raise SandboxError(f"local sandbox: cannot snapshot: {e}") from e
         return cls(image, store, seeds, options, make)
 
-    async def copy(self) -> Sandbox:
-        if self._removed:
-            raise SandboxError(f"local snapshot {self.snapshot_id} was removed")
+    async def _copy(self) -> Sandbox:
         opts = {**self.options, "seeds": self.seeds}
         return await admission.start(lambda: self.make(self.image, **opts))
 
-    async def remove(self) -> None:
-        if not self._removed:
-            self._removed = True
-            shutil.rmtree(self.store, ignore_errors=True)
-            local_orphans.forget(self.snapshot_id)
+    async def _remove(self) -> None:
+        shutil.rmtree(self.store, ignore_errors=True)
+        local_orphans.forget(self.snapshot_id)

@@ -165,3 +165,72 @@ async def test_an_abandoned_groups_snapshot_is_evicted_when_another_group_needs_
         assert not any(i["Id"] == image for i in engine.list_images())
     finally:
         await supply.close()
+
+
+async def test_a_claim_still_copying_keeps_its_groups_snapshot_when_a_sibling_closes(
+    example_rows: dict[str, TaskRow],
+) -> None:
+    """The group's last claim is waiting for a creation slot when its sibling's copy closes:
+    the snapshot must stay for it (removing it would fail the claim as infra)."""
+    from coding_agent_rl import settings
+    from coding_agent_rl.sandbox import admission
+
+    row = example_rows["pager"]
+    supply = _supply(fork=True, group_size=2)
+    with settings.using(settings.load(boot_concurrency=1, admission_jitter_s=0.0)):
+        try:
+            a, _ = await supply.obtain(row)
+            making = supply._tasks[row.instance_id].snapshot
+            assert making is not None
+            image = (await making)[0].image_id  # type: ignore[attr-defined]
+            gate = admission._gate("docker", 1)
+            await gate.acquire()  # the engine is busy: the next copy waits for its slot
+            try:
+                claim = asyncio.ensure_future(supply.obtain(row))
+                await asyncio.sleep(0.3)
+                assert not claim.done()
+                await a.close()  # the sibling's copy goes while the claim is copying
+            finally:
+                gate.release()
+            b, base = await claim
+            try:
+                assert base and (await b.exec("git status --short", cwd=row.workdir)).ok
+                assert any(i["Id"] == image for i in engine.list_images())
+            finally:
+                await b.close()
+            assert not any(i["Id"] == image for i in engine.list_images())  # then it goes
+        finally:
+            await supply.close()
+
+
+async def test_a_supply_that_is_off_keeps_nothing_of_the_rows_expected(
+    example_rows: dict[str, TaskRow],
+) -> None:
+    supply = _supply(group_size=4)  # no pool, no copies: every rollout makes its own
+    assert not supply.active
+    supply.expect([example_rows["slugify"], example_rows["pager"]] * 500)
+    assert supply._tasks == {}
+
+
+async def test_a_claim_cancelled_while_its_sandbox_is_prepared_leaves_it_to_the_pool(
+    example_rows: dict[str, TaskRow],
+) -> None:
+    """A rollout aborted while it waits for a pooled sandbox: the sandbox is not lost (the next
+    claim gets it, close removes it)."""
+    row = example_rows["slugify"]
+    supply = _supply(pool_size=1, fork=False, group_size=3)
+    supply.expect([row] * 3)
+    try:
+        fut = supply._tasks[row.instance_id].ready[0]
+        claim = asyncio.ensure_future(supply.obtain(row))
+        await asyncio.sleep(0.2)
+        assert not fut.done()
+        claim.cancel()
+        await asyncio.wait([claim])
+        pooled = (await fut).sandbox
+        hits = supply.stats.hits
+        sb, base = await supply.obtain(row)  # the next claim is served the prepared one
+        assert sb is pooled and base and supply.stats.hits == hits + 1
+        await sb.close()
+    finally:
+        await supply.close()

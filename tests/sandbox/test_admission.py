@@ -13,6 +13,7 @@ import pytest
 from support import BASE_IMAGE
 
 from coding_agent_rl import settings
+from coding_agent_rl.rollout.sandboxes import FreshSandboxes
 from coding_agent_rl.sandbox import SandboxCreateError, admission, create_sandbox
 from coding_agent_rl.sandbox import docker_engine as engine
 
@@ -54,12 +55,13 @@ async def test_creations_in_flight_never_exceed_the_cap(cap: int) -> None:
 
 
 async def test_a_creation_that_times_out_is_destroyed_counted_and_retried() -> None:
+    """Through the pipeline's own path (``FreshSandboxes``, as the runner acquires)."""
     run_id = f"test-{uuid.uuid4().hex[:8]}"
     stats = admission.STATS["docker"]
     timeouts, retries = stats.timeouts, stats.retries
     conf = settings.load(create_timeout_s=0.05, create_timeout_attempts=2)
     with settings.using(conf), pytest.raises(SandboxCreateError, match="timed out 2 time"):
-        await admission.start(lambda: create_sandbox("docker", BASE_IMAGE, run_id=run_id))
+        await FreshSandboxes().acquire("docker", BASE_IMAGE, {"run_id": run_id})
     assert (stats.timeouts, stats.retries) == (timeouts + 2, retries + 1)
     assert engine.list_containers(run_id) == []  # each timed-out attempt was removed
     # The same creation with room to finish succeeds on its first attempt.
@@ -86,3 +88,32 @@ async def test_the_progress_line_and_metrics_prom_count_this_runs_creations(tmp_
     assert 'coding_agent_rl_sandboxes{backend="docker",figure="started"} 1.0' in prom
     assert 'figure="start_p50_s"}' in prom
     progress.stream.close()
+
+
+async def test_the_wait_for_a_slot_is_not_counted_against_the_creation_timeout() -> None:
+    """A burst larger than the cap queues: a creation that waited longer than the timeout for its
+    slot but then starts quickly must not be timed out (and retried, and failed as infra)."""
+    run_id = f"test-{uuid.uuid4().hex[:8]}"
+    stats = admission.STATS["docker"]
+    timeouts = stats.timeouts
+    conf = settings.load(boot_concurrency=1, admission_jitter_s=0.0, create_timeout_s=20)
+    with settings.using(conf):
+        gate = admission._gate("docker", 1)
+        await gate.acquire()  # the engine's one slot is busy for longer than the timeout
+        try:
+            waiting = asyncio.ensure_future(
+                admission.start(
+                    lambda: create_sandbox("docker", BASE_IMAGE, run_id=run_id),
+                    timeout=4.0,
+                    attempts=1,
+                )
+            )
+            await asyncio.sleep(4.5)
+            assert not waiting.done()
+        finally:
+            gate.release()
+        sb = await waiting
+        try:
+            assert (await sb.exec("true")).ok and stats.timeouts == timeouts
+        finally:
+            await sb.close()

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from support import BASE_IMAGE
 
-from coding_agent_rl.sandbox import BACKENDS, Sandbox, create_sandbox
+from coding_agent_rl.sandbox import BACKENDS, Sandbox, SandboxError, create_sandbox
 from coding_agent_rl.sandbox import docker_engine as engine
 
 TESTS = pathlib.Path(__file__).resolve().parents[1]
@@ -80,6 +80,9 @@ async def test_copies_start_prepared_and_are_independent_of_each_other_and_the_s
             await b.close()
     finally:
         await snap.remove()
+    await snap.remove()  # again: a no-op
+    with pytest.raises(SandboxError, match="was removed"):
+        await snap.copy()
     if backend == "docker":
         assert not _image_exists(snap.image_id)  # type: ignore[attr-defined]
         assert not engine.list_containers(options["run_id"])

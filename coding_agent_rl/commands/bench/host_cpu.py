@@ -1,7 +1,9 @@
 """Host CPU-seconds of this process and of the container engine (``dockerd``, ``containerd``
 and the live shims: their own user+system time only, since a shim's reaped children are the
 containers' processes), read from ``/proc``: what a batch costs the host outside the sandboxes
-(the agent CLI and the tests are not counted; a shim that exited meanwhile is missed)."""
+(the agent CLI and the tests are not counted; a shim that exited meanwhile is missed). The
+engine's figure is host-wide: it counts the work for every container on that engine, ours or
+not, so it is a measured cost of a batch only where nothing else uses the engine."""
 
 from __future__ import annotations
 
