@@ -17,6 +17,7 @@ import shlex
 
 from coding_agent_rl.datasets.schema import TaskRow
 from coding_agent_rl.grading.defences import Defences
+from coding_agent_rl.grading.git import restore_git_meta
 from coding_agent_rl.grading.prepared import Prepared
 from coding_agent_rl.grading.result import GradeResult, fail
 from coding_agent_rl.grading.screen import Added, screen_off_loop
@@ -181,7 +182,8 @@ def after_apply_script(
     d = prepared.runner.dir
     added_whole = {path: a.whole for path, a in screened.items()}
     after, named, known, unexpected = (f"{d}/{n}.z" for n in ("after", "named", "known", "extra"))
-    script = prepared.unpack_script() + list_script(prepared.base, save=after, emit=False)
+    script = restore_git_meta(f"{d}/git-meta") + prepared.unpack_script()
+    script += list_script(prepared.base, save=after, emit=False)
     if defences.new_files:
         others, tests = f"{d}/others.z", " ".join(q(f) for f in row.test_files)
         script += (

@@ -12,6 +12,32 @@ from coding_agent_rl.sandbox.base import ExecResult, Sandbox
 GIT = "git -c safe.directory='*' -c core.hooksPath=/dev/null -c core.fsmonitor=false"
 q = shlex.quote
 
+# Repository metadata through which a diff could make our root git run its code (filters,
+# drivers, another git dir): saved before the diff is applied, put back right after.
+_GIT_META = ("config", "config.worktree", "commondir", "info")
+
+
+def save_git_meta(dest: str) -> str:
+    """Script (in the workdir, as root, before the diff): copy ``.git``'s metadata to ``dest``."""
+    d = q(dest)
+    return f"rm -rf -- {d} && mkdir -p -- {d} && chmod 700 {d}\n" + "".join(
+        f"if [ -e .git/{n} ]; then cp -a -- .git/{n} {d}/{n}; fi\n" for n in _GIT_META
+    )
+
+
+def restore_git_meta(src: str) -> str:
+    """Script (in the workdir, as root, right after the diff): ``.git``'s metadata as saved,
+    whatever the diff wrote there (through a symlink, say); before any other git command."""
+    s = q(src)
+    return (
+        "if [ -d .git ] && [ ! -L .git ]; then\n"
+        + "".join(
+            f"  rm -rf -- .git/{n}; if [ -e {s}/{n} ]; then cp -a -- {s}/{n} .git/{n}; fi\n"
+            for n in _GIT_META
+        )
+        + "fi\n"
+    )
+
 
 class WorkspaceError(GradingError):
     """The task could not be brought to its base state (an infrastructure / task-data failure)."""

@@ -24,6 +24,7 @@ from coding_agent_rl.grading import channel
 from coding_agent_rl.grading.canaries import Blinding, Canary, plan_canaries
 from coding_agent_rl.grading.canaries_legacy import legacy_plan
 from coding_agent_rl.grading.defences import Defences, result_method
+from coding_agent_rl.grading.git import save_git_meta
 from coding_agent_rl.grading.runner import TEST_UID, TestRunner
 from coding_agent_rl.grading.workspace import (
     GIT,
@@ -207,7 +208,8 @@ async def prepare_grading(sb: Sandbox, row: TaskRow, defences: Defences | None =
         + runner.setup_script()
         + f"cd {q(row.workdir)}\n"
         + (_view_script(row, runner, test_diff) + f"cd {q(row.workdir)}\n" if want_view else "")
-        + list_script("HEAD", save=f"{runner.dir}/before.z"),
+        + list_script("HEAD", save=f"{runner.dir}/before.z")
+        + save_git_meta(f"{runner.dir}/git-meta"),
         "preparing the grading sandbox",
         env=SNAPSHOT_ENV,
     )

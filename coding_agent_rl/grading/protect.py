@@ -34,6 +34,7 @@ DEFAULT_PROTECTED = (
     "/pluggy/",
     "/py.py",
     ".gitattributes",
+    ".git",  # the repository's git dir (or a .git file) at any depth: its config runs commands
     "/.harness/",
     "/PROBLEM_STATEMENT.md",
 )

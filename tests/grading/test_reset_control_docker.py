@@ -4,8 +4,8 @@ Infra samples are dropped from training, so a policy that is losing would rather
 infra than a 0. The reset after the diff (test files back to the base, the hidden test patch,
 the canary files) is the grader's own step; a diff that makes it fail used to be written off as
 infra. A control reset in a fresh sandbox without the diff now decides: it works there, so the
-diff is at fault (model). The attack: a new ``.git/index.lock`` (git's apply refuses ``.git/``
-paths, ``patch --fuzz`` writes it), so the reset's ``git checkout`` of the test files cannot
+diff is at fault (model). The attack: a new ``.git/index.lock`` (written through a symlink the diff
+creates: ``.git`` paths themselves are dropped on the host, ``patch --fuzz`` follows the link), so the reset's ``git checkout`` of the test files cannot
 take the index. New instances of the class it was not designed around: a corrupt
 ``.git/packed-refs`` (git cannot resolve anything: the reset's ``cat-file`` fails), a full
 disk (the reset cannot write the hidden tests), and code that kills the test runner before
@@ -36,9 +36,14 @@ def new_file(path: str, text: str) -> str:
     )
 
 
+# ``.git/`` paths are dropped on the host; a symlink the diff creates still reaches the git dir.
+LINK = (
+    "diff --git a/gl b/gl\nnew file mode 120000\n--- /dev/null\n+++ b/gl\n@@ -0,0 +1 @@\n"
+    "+.git\n\\ No newline at end of file\n"
+)
 GIT_BREAKERS = {
-    "index.lock": new_file(".git/index.lock", "held"),
-    "packed-refs": new_file(".git/packed-refs", "not a ref line"),
+    "index.lock": LINK + new_file("gl/index.lock", "held"),
+    "packed-refs": LINK + new_file("gl/packed-refs", "not a ref line"),
 }
 
 
