@@ -161,6 +161,15 @@ def read_lock(pkg: NpmPackage) -> dict:
         raise FetchError(f"{path} does not pin {pkg.spec}")
     if pkg.integrity is not None and entry.get("integrity") != pkg.integrity:
         raise FetchError(f"{path} pins another {pkg.spec} tarball than the harness")
+    # npm ci checks a package only against the integrity its entry names: one without (a git,
+    # file or link dependency, a hand-edited entry) would be installed unchecked.
+    unpinned = [
+        name
+        for name, e in lock["packages"].items()
+        if name and not str(e.get("integrity", "")).startswith("sha512-")
+    ]
+    if unpinned:
+        raise FetchError(f"{path}: no sha512 integrity for {', '.join(unpinned[:5])}")
     return lock
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import io
+import json
 import pathlib
 import tarfile
 
@@ -203,3 +204,25 @@ def test_a_locked_tree_must_pin_exactly_the_harness_package():
         cache.read_lock(dataclasses.replace(pkg, integrity="sha512-" + "A" * 86 + "=="))
     with pytest.raises(cache.FetchError, match=r"not a package-lock\.json"):
         cache.read_lock(dataclasses.replace(pkg, lock="no-such-lock.json"))
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"version": "1.0.0"},  # no integrity: npm ci would install whatever the registry sends
+        {"version": "1.0.0", "integrity": "sha1-2jmj7l5rSw0yVb/vlWAYkK/YBwk="},  # a weak hash
+        {"resolved": "git+https://example.invalid/x.git#abc", "version": "1.0.0"},
+        {"link": True, "resolved": "../x"},
+    ],
+)
+def test_a_locked_tree_pins_every_package(tmp_path, entry):
+    """Every package of the lock carries a sha512 integrity, the only thing npm ci checks."""
+    from coding_agent_rl.harness.pi_coding_agent import PiCodingAgent
+
+    pkg = PiCodingAgent.package
+    lock = cache.read_lock(pkg)
+    lock["packages"]["node_modules/left-pad"] = entry
+    tampered = tmp_path / "tampered.json"  # an absolute path: not under harness/locks/
+    tampered.write_text(json.dumps(lock))
+    with pytest.raises(cache.FetchError, match="no sha512 integrity for node_modules/left-pad"):
+        cache.read_lock(dataclasses.replace(pkg, lock=str(tampered)))
