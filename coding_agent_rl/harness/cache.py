@@ -12,6 +12,7 @@ Sandboxes never reach the network: the unpacked files are uploaded into them (se
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import gzip
 import hashlib
@@ -23,7 +24,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from coding_agent_rl import settings
 from coding_agent_rl.errors import HarnessError
@@ -216,11 +217,29 @@ def unpacked(pkg: NpmPackage) -> dict[str, pathlib.Path]:
     return {name: dest / name for name in pkg.files.values()}
 
 
-def _extract(pkg: NpmPackage, tarball: pathlib.Path, dest: pathlib.Path) -> None:
+@contextlib.contextmanager
+def staged(dest: pathlib.Path, stamp: str, failure: str) -> Iterator[pathlib.Path]:
+    """A temporary folder next to ``dest``, filled by the block, that then becomes ``dest``
+    with its ``.complete`` stamp (``stamp``'s text). An OSError is a FetchError (``failure``:
+    what failed) unless another process completed ``dest`` meanwhile."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = pathlib.Path(tempfile.mkdtemp(dir=dest.parent, prefix=".unpack-"))
-    tmp.chmod(0o755)
+    tmp = pathlib.Path(tempfile.mkdtemp(dir=dest.parent, prefix=".stage-"))
     try:
+        yield tmp
+        (tmp / ".complete").write_text(stamp)
+        if dest.exists():  # a stale, incomplete one
+            shutil.rmtree(dest)
+        os.replace(tmp, dest)
+    except OSError as e:
+        if not (dest / ".complete").is_file():
+            raise FetchError(f"{failure}: {e}") from e
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _extract(pkg: NpmPackage, tarball: pathlib.Path, dest: pathlib.Path) -> None:
+    with staged(dest, pkg.spec + "\n", f"could not unpack {tarball}") as tmp:
+        tmp.chmod(0o755)
         with tarfile.open(tarball, "r:gz") as tar:
             for member, name in pkg.files.items():
                 if member.endswith("/"):
@@ -236,17 +255,6 @@ def _extract(pkg: NpmPackage, tarball: pathlib.Path, dest: pathlib.Path) -> None
                 with src, (tmp / name).open("wb") as out:
                     shutil.copyfileobj(src, out, 1 << 20)
                 (tmp / name).chmod(0o755)
-        (tmp / ".complete").write_text(pkg.spec + "\n")
-        if dest.exists():  # a stale, incomplete unpack
-            shutil.rmtree(dest)
-        os.replace(tmp, dest)
-    except OSError as e:
-        if (dest / ".complete").exists():  # another process finished the same unpack first
-            return
-        raise FetchError(f"could not unpack {tarball}: {e}") from e
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _extract_folder(

@@ -46,7 +46,7 @@ class InstallReport:
     version_s: float = 0.0
 
 
-def _pick_upload(sb: Sandbox, upload: Upload) -> Literal["raw", "gzip"]:
+def pick_upload(sb: Sandbox, upload: Upload) -> Literal["raw", "gzip"]:
     if upload != "auto":
         return upload
     return "raw" if sb.is_local() else "gzip"  # an upload that never leaves this machine
@@ -150,7 +150,7 @@ async def install_package(
         files = await asyncio.to_thread(cache.unpacked, pkg)
     except cache.FetchError as e:
         raise InstallError(str(e)) from e
-    form = _pick_upload(sb, upload)
+    form = pick_upload(sb, upload)
     folders = {n for n, p in files.items() if p.is_dir()}  # sent as one tar each
     for n in folders:
         files[n] = await asyncio.to_thread(cache.archived, files[n])

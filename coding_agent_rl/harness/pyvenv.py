@@ -8,17 +8,22 @@ import asyncio
 import compileall
 import dataclasses
 import hashlib
-import os
 import pathlib
 import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 from coding_agent_rl.harness import cache
-from coding_agent_rl.harness.install import BIN_DIR, InstallError, InstallReport, Upload, Verified
+from coding_agent_rl.harness.install import (
+    BIN_DIR,
+    InstallError,
+    InstallReport,
+    Upload,
+    Verified,
+    pick_upload,
+)
 from coding_agent_rl.sandbox.base import Sandbox
 
 # Wheels for the image's CPython on x86-64 glibc Linux (manylinux up to glibc 2.28).
@@ -106,9 +111,8 @@ def build(pkg: PyPackage) -> pathlib.Path:
     wheels = cache.agents_dir() / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     _pip(pkg, "download", "--dest", str(wheels), *pkg.lock, timeout=1800)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = pathlib.Path(tempfile.mkdtemp(dir=dest.parent, prefix=".build-"))
-    try:
+    stamp = "\n".join(pkg.lock) + "\n"
+    with cache.staged(dest, stamp, f"could not build {pkg.spec} in {dest}") as tmp:
         site = tmp / "site-packages"
         _pip(
             pkg,
@@ -131,15 +135,6 @@ def build(pkg: PyPackage) -> pathlib.Path:
         for path in [tmp, *tmp.rglob("*")]:  # readable by the agent user in the sandbox
             if not path.is_symlink():
                 path.chmod(0o755 if path.is_dir() else 0o644)
-        (tmp / ".complete").write_text("\n".join(pkg.lock) + "\n")
-        if dest.exists():  # a stale, incomplete build
-            shutil.rmtree(dest)
-        os.replace(tmp, dest)
-    except OSError as e:
-        if not (dest / ".complete").is_file():  # else another process finished it first
-            raise cache.FetchError(f"could not build {pkg.spec} in {dest}: {e}") from e
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return dest
 
 
@@ -201,8 +196,8 @@ async def install(
     try:
         local = await asyncio.to_thread(build, pkg)
         tar = await asyncio.to_thread(cache.archived, local)
-        if upload == "gzip" or (upload == "auto" and not sb.is_local()):
-            tar = await asyncio.to_thread(cache.gzipped, tar)  # GNU tar -x reads it as it is
+        if pick_upload(sb, upload) == "gzip":  # GNU tar -x reads it as it is
+            tar = await asyncio.to_thread(cache.gzipped, tar)
     except cache.FetchError as e:
         raise InstallError(str(e)) from e
     t1 = time.monotonic()

@@ -226,3 +226,21 @@ def test_a_locked_tree_pins_every_package(tmp_path, entry):
     tampered.write_text(json.dumps(lock))
     with pytest.raises(cache.FetchError, match="no sha512 integrity for node_modules/left-pad"):
         cache.read_lock(dataclasses.replace(pkg, lock=str(tampered)))
+
+
+def test_a_staged_folder_replaces_a_stale_one_and_yields_to_a_finished_one(tmp_path):
+    """What the unpack and the PyPI build share: the folder appears whole with its stamp; a
+    failure is a FetchError unless another process completed the folder meanwhile."""
+    dest = tmp_path / "tool"
+    (dest / "half").mkdir(parents=True)  # a stale, incomplete one
+    with cache.staged(dest, "v1\n", "could not build tool") as tmp:
+        (tmp / "bin").write_text("x")
+    assert sorted(p.name for p in dest.iterdir()) == [".complete", "bin"]
+    assert (dest / ".complete").read_text() == "v1\n"
+    other = cache.staged(tmp_path / "other", "v1\n", "could not build other")
+    with pytest.raises(cache.FetchError, match="could not build other: disk full"), other:
+        raise OSError("disk full")
+    with cache.staged(dest, "v2\n", "could not build tool"):  # finished by another process
+        raise OSError("lost the race")
+    assert (dest / ".complete").read_text() == "v1\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tool"]  # no stage left behind
