@@ -132,20 +132,25 @@ def fetch(pkg: NpmPackage) -> pathlib.Path:
         return _fetch_tree(pkg, npm, target)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp:
         log.info("fetching %s from the npm registry", pkg.spec)
-        r = subprocess.run(
-            [npm, "pack", pkg.spec, "--json", "--pack-destination", tmp],
-            capture_output=True,
-            text=True,
-            timeout=900,
-            check=False,
+        out = _npm(
+            [npm, "pack", pkg.spec, "--json", "--pack-destination", tmp], f"npm pack {pkg.spec}"
         )
-        if r.returncode != 0:
-            raise FetchError(f"npm pack {pkg.spec} failed: {r.stderr.strip()[-1000:]}")
-        filename = json.loads(r.stdout)[0]["filename"]
+        filename = json.loads(out)[0]["filename"]
         got = pathlib.Path(tmp) / filename
         verify(pkg, got)
         os.replace(got, target)
     return target
+
+
+def _npm(argv: list[str], what: str, cwd: pathlib.Path | None = None) -> str:
+    """Run npm (15 minutes at most); its stdout, or a FetchError naming ``what`` failed."""
+    try:
+        r = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=900)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise FetchError(f"{what} failed: {e}") from e
+    if r.returncode != 0:
+        raise FetchError(f"{what} failed: {r.stderr.strip()[-1000:]}")
+    return r.stdout
 
 
 def read_lock(pkg: NpmPackage) -> dict:
@@ -186,9 +191,7 @@ def _fetch_tree(pkg: NpmPackage, npm: str, target: pathlib.Path) -> pathlib.Path
         (root / "package.json").write_text(json.dumps(manifest))
         (root / "package-lock.json").write_text(json.dumps(lock))
         argv = [npm, "ci", "--ignore-scripts", "--omit=optional", "--no-audit", "--no-fund"]
-        r = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=900)
-        if r.returncode != 0:
-            raise FetchError(f"npm ci of {pkg.spec}'s lock failed: {r.stderr.strip()[-1000:]}")
+        _npm(argv, f"npm ci of {pkg.spec}'s lock", cwd=root)
         got = pathlib.Path(tmp) / target.name
         with tarfile.open(got, "w:gz", compresslevel=1) as tar:
             tar.add(root / "node_modules", arcname="package/node_modules")

@@ -244,3 +244,14 @@ def test_a_staged_folder_replaces_a_stale_one_and_yields_to_a_finished_one(tmp_p
         raise OSError("lost the race")
     assert (dest / ".complete").read_text() == "v1\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tool"]  # no stage left behind
+
+
+def test_a_failing_npm_is_a_fetch_error_naming_the_package(cache_root, monkeypatch):
+    """The real npm (offline: it fails before any request) on a name npm rejects."""
+    monkeypatch.setenv("npm_config_offline", "true")
+    bad = dataclasses.replace(PKG, name="Not A Name")
+    with pytest.raises(
+        cache.FetchError, match=r"npm pack Not A Name@1\.2\.3 failed: .*EINVALIDPACKAGENAME"
+    ):
+        cache.fetch(bad)
+    assert not any(cache_root.rglob("*.tgz"))
