@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import compileall
 import dataclasses
+import functools
 import hashlib
 import pathlib
 import shlex
@@ -22,6 +23,7 @@ from coding_agent_rl.harness.install import (
     InstallReport,
     Upload,
     Verified,
+    mounted_once,
     pick_upload,
 )
 from coding_agent_rl.sandbox.base import Sandbox
@@ -175,13 +177,8 @@ async def install(
     by_target = {t: h for h, t in sb.mounts.items()}
     if pkg.target in by_target:
         host = pathlib.Path(by_target[pkg.target])
-        st = (host / ".complete").stat()
-        key = (sb.image, pkg.target, str(host), st.st_size, st.st_mtime_ns)
-        if key not in verified:
-            t0 = time.monotonic()
-            verified[key] = await _check(sb, pkg, f"mounted from {host}")
-            return InstallReport(program, pkg.version, "mount", version_s=time.monotonic() - t0)
-        return InstallReport(program, verified[key], "mount")
+        check = functools.partial(_check, sb, pkg, f"mounted from {host}")
+        return await mounted_once(sb, program, host / ".complete", verified, check)
     stamp = f"{pkg.target}/.complete"
     res = await sb.exec(
         f'PATH={BIN_DIR}:"$PATH" command -v {pkg.interpreter} >/dev/null || exit 127\n'
