@@ -168,11 +168,14 @@ def read_lock(pkg: NpmPackage) -> dict:
     if pkg.integrity is not None and entry.get("integrity") != pkg.integrity:
         raise FetchError(f"{path} pins another {pkg.spec} tarball than the harness")
     # npm ci checks a package only against the integrity its entry names: one without (a git,
-    # file or link dependency, a hand-edited entry) would be installed unchecked.
+    # file or link dependency, a hand-edited entry) would be installed unchecked. A bundled
+    # one (``inBundle``) comes inside its parent's tarball, checked with it.
     unpinned = [
         name
         for name, e in lock["packages"].items()
-        if name and not str(e.get("integrity", "")).startswith("sha512-")
+        if name
+        and not (isinstance(e, dict) and e.get("inBundle") is True)
+        and not (isinstance(e, dict) and str(e.get("integrity", "")).startswith("sha512-"))
     ]
     if unpinned:
         raise FetchError(f"{path}: no sha512 integrity for {', '.join(unpinned[:5])}")

@@ -213,6 +213,7 @@ def test_a_locked_tree_must_pin_exactly_the_harness_package():
         {"version": "1.0.0", "integrity": "sha1-2jmj7l5rSw0yVb/vlWAYkK/YBwk="},  # a weak hash
         {"resolved": "git+https://example.invalid/x.git#abc", "version": "1.0.0"},
         {"link": True, "resolved": "../x"},
+        "1.0.0",  # not an entry at all
     ],
 )
 def test_a_locked_tree_pins_every_package(tmp_path, entry):
@@ -226,6 +227,10 @@ def test_a_locked_tree_pins_every_package(tmp_path, entry):
     tampered.write_text(json.dumps(lock))
     with pytest.raises(cache.FetchError, match="no sha512 integrity for node_modules/left-pad"):
         cache.read_lock(dataclasses.replace(pkg, lock=str(tampered)))
+    # A bundled package comes inside its parent's (checked) tarball: no integrity of its own.
+    lock["packages"]["node_modules/left-pad"] = {"version": "1.0.0", "inBundle": True}
+    tampered.write_text(json.dumps(lock))
+    assert cache.read_lock(dataclasses.replace(pkg, lock=str(tampered))) == lock
 
 
 def test_a_staged_folder_replaces_a_stale_one_and_yields_to_a_finished_one(tmp_path):
