@@ -9,9 +9,11 @@ DEMO_STAMP := $(VENV)/.installed-demo-$(HASH)
 
 .PHONY: test demo install demo-install lint format env demo-env clean
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
 	# torch pinned: a bare `torch` pulls a multi-GB CUDA build.
 	$(BIN)/pip install -q 'torch==2.13.0' -e '.[test]'
 	rm -f $(VENV)/.installed-* && touch $@
@@ -19,10 +21,9 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 # The demo's Python packages: no torch, Ray, E2B or test tools (the full install covers it).
-$(DEMO_STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	test -e $(STAMP) || { $(BIN)/pip install -q --upgrade pip && $(BIN)/pip install -q -e '.[qwen]'; }
-	touch $@
+$(DEMO_STAMP): pyproject.toml | $(BIN)/python
+	test -e $(STAMP) || $(BIN)/pip install -q -e '.[qwen]'
+	rm -f $(VENV)/.installed-demo-* && touch $@
 
 demo-install: $(DEMO_STAMP)
 

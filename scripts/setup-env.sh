@@ -30,7 +30,7 @@ apt_install() {  # apt_install PKG... (only as root with apt-get; quiet)
 packages() {  # the system packages this profile needs and lacks
   local need=()
   command -v debootstrap >/dev/null || need+=(debootstrap)  # the base image's root filesystem
-  if [[ $profile == test ]] || ! docker info >/dev/null 2>&1; then
+  if [[ $profile == test ]] || ((rc != 0)); then  # rc: the engine step's
     command -v bwrap >/dev/null || need+=(bubblewrap)  # the local backend
   fi
   if [[ $profile == test ]]; then

@@ -12,6 +12,7 @@ Sandboxes never reach the network: the unpacked files are uploaded into them (se
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import gzip
 import hashlib
@@ -23,7 +24,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from coding_agent_rl import settings
 from coding_agent_rl.errors import HarnessError
@@ -131,20 +132,25 @@ def fetch(pkg: NpmPackage) -> pathlib.Path:
         return _fetch_tree(pkg, npm, target)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp:
         log.info("fetching %s from the npm registry", pkg.spec)
-        r = subprocess.run(
-            [npm, "pack", pkg.spec, "--json", "--pack-destination", tmp],
-            capture_output=True,
-            text=True,
-            timeout=900,
-            check=False,
+        out = _npm(
+            [npm, "pack", pkg.spec, "--json", "--pack-destination", tmp], f"npm pack {pkg.spec}"
         )
-        if r.returncode != 0:
-            raise FetchError(f"npm pack {pkg.spec} failed: {r.stderr.strip()[-1000:]}")
-        filename = json.loads(r.stdout)[0]["filename"]
+        filename = json.loads(out)[0]["filename"]
         got = pathlib.Path(tmp) / filename
         verify(pkg, got)
         os.replace(got, target)
     return target
+
+
+def _npm(argv: list[str], what: str, cwd: pathlib.Path | None = None) -> str:
+    """Run npm (15 minutes at most); its stdout, or a FetchError naming ``what`` failed."""
+    try:
+        r = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=900)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise FetchError(f"{what} failed: {e}") from e
+    if r.returncode != 0:
+        raise FetchError(f"{what} failed: {r.stderr.strip()[-1000:]}")
+    return r.stdout
 
 
 def read_lock(pkg: NpmPackage) -> dict:
@@ -161,6 +167,18 @@ def read_lock(pkg: NpmPackage) -> dict:
         raise FetchError(f"{path} does not pin {pkg.spec}")
     if pkg.integrity is not None and entry.get("integrity") != pkg.integrity:
         raise FetchError(f"{path} pins another {pkg.spec} tarball than the harness")
+    # npm ci checks a package only against the integrity its entry names: one without (a git,
+    # file or link dependency, a hand-edited entry) would be installed unchecked. A bundled
+    # one (``inBundle``) comes inside its parent's tarball, checked with it.
+    unpinned = [
+        name
+        for name, e in lock["packages"].items()
+        if name
+        and not (isinstance(e, dict) and e.get("inBundle") is True)
+        and not (isinstance(e, dict) and str(e.get("integrity", "")).startswith("sha512-"))
+    ]
+    if unpinned:
+        raise FetchError(f"{path}: no sha512 integrity for {', '.join(unpinned[:5])}")
     return lock
 
 
@@ -176,9 +194,7 @@ def _fetch_tree(pkg: NpmPackage, npm: str, target: pathlib.Path) -> pathlib.Path
         (root / "package.json").write_text(json.dumps(manifest))
         (root / "package-lock.json").write_text(json.dumps(lock))
         argv = [npm, "ci", "--ignore-scripts", "--omit=optional", "--no-audit", "--no-fund"]
-        r = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=900)
-        if r.returncode != 0:
-            raise FetchError(f"npm ci of {pkg.spec}'s lock failed: {r.stderr.strip()[-1000:]}")
+        _npm(argv, f"npm ci of {pkg.spec}'s lock", cwd=root)
         got = pathlib.Path(tmp) / target.name
         with tarfile.open(got, "w:gz", compresslevel=1) as tar:
             tar.add(root / "node_modules", arcname="package/node_modules")
@@ -207,11 +223,29 @@ def unpacked(pkg: NpmPackage) -> dict[str, pathlib.Path]:
     return {name: dest / name for name in pkg.files.values()}
 
 
-def _extract(pkg: NpmPackage, tarball: pathlib.Path, dest: pathlib.Path) -> None:
+@contextlib.contextmanager
+def staged(dest: pathlib.Path, stamp: str, failure: str) -> Iterator[pathlib.Path]:
+    """A temporary folder next to ``dest``, filled by the block, that then becomes ``dest``
+    with its ``.complete`` stamp (``stamp``'s text). An OSError is a FetchError (``failure``:
+    what failed) unless another process completed ``dest`` meanwhile."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = pathlib.Path(tempfile.mkdtemp(dir=dest.parent, prefix=".unpack-"))
-    tmp.chmod(0o755)
+    tmp = pathlib.Path(tempfile.mkdtemp(dir=dest.parent, prefix=".stage-"))
     try:
+        yield tmp
+        (tmp / ".complete").write_text(stamp)
+        if dest.exists():  # a stale, incomplete one
+            shutil.rmtree(dest)
+        os.replace(tmp, dest)
+    except OSError as e:
+        if not (dest / ".complete").is_file():
+            raise FetchError(f"{failure}: {e}") from e
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _extract(pkg: NpmPackage, tarball: pathlib.Path, dest: pathlib.Path) -> None:
+    with staged(dest, pkg.spec + "\n", f"could not unpack {tarball}") as tmp:
+        tmp.chmod(0o755)
         with tarfile.open(tarball, "r:gz") as tar:
             for member, name in pkg.files.items():
                 if member.endswith("/"):
@@ -227,17 +261,6 @@ def _extract(pkg: NpmPackage, tarball: pathlib.Path, dest: pathlib.Path) -> None
                 with src, (tmp / name).open("wb") as out:
                     shutil.copyfileobj(src, out, 1 << 20)
                 (tmp / name).chmod(0o755)
-        (tmp / ".complete").write_text(pkg.spec + "\n")
-        if dest.exists():  # a stale, incomplete unpack
-            shutil.rmtree(dest)
-        os.replace(tmp, dest)
-    except OSError as e:
-        if (dest / ".complete").exists():  # another process finished the same unpack first
-            return
-        raise FetchError(f"could not unpack {tarball}: {e}") from e
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _extract_folder(

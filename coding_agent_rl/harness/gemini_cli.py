@@ -6,19 +6,14 @@ the task image needs no Node.js of its own.
 
 from __future__ import annotations
 
-import json
-
-from coding_agent_rl.harness.base import BaseHarness
 from coding_agent_rl.harness.cache import NpmPackage
 from coding_agent_rl.harness.capabilities import Capabilities
 from coding_agent_rl.harness.context import HarnessContext
-from coding_agent_rl.harness.install import BIN_DIR
-from coding_agent_rl.harness.node import NODE
+from coding_agent_rl.harness.node import GeminiStyleHarness
 
 
-class GeminiCli(BaseHarness):
+class GeminiCli(GeminiStyleHarness):
     name = "gemini_cli"
-    runtime = (NODE,)
     package = NpmPackage(
         name="@google/gemini-cli",
         version="0.61.0",
@@ -39,21 +34,9 @@ class GeminiCli(BaseHarness):
     )
     extra_args_env = "SLIME_AGENT_GEMINI_EXTRA_ARGS"
     extra_env_env = "SLIME_AGENT_GEMINI_EXTRA_ENVS"
-
-    def config_files(self, ctx: HarnessContext) -> dict[str, str]:
-        settings = {
-            # The API-key path of the SDK: the session id goes out as ``x-goog-api-key``.
-            "security": {
-                "auth": {"selectedType": "gemini-api-key"},
-                "folderTrust": {"enabled": False},
-            },
-            # Offline: no usage statistics, telemetry, update checks or IDE connection.
-            "privacy": {"usageStatisticsEnabled": False},
-            "telemetry": {"enabled": False},
-            "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
-            "ide": {"enabled": False},
-        }
-        return {f"{ctx.agent_home}/.gemini/settings.json": json.dumps(settings, indent=1)}
+    settings_dir = ".gemini"
+    # The API-key path of the SDK: the session id goes out as ``x-goog-api-key``.
+    auth_type = "gemini-api-key"
 
     def env(self, ctx: HarnessContext) -> dict[str, str]:
         return {
@@ -65,17 +48,3 @@ class GeminiCli(BaseHarness):
             "GEMINI_SANDBOX": "false",
             "NO_BROWSER": "1",
         }
-
-    def argv(self, ctx: HarnessContext, prompt: str) -> list[str]:
-        return [
-            f"{BIN_DIR}/node",
-            self.binary,
-            "--prompt",
-            prompt,
-            "--model",
-            ctx.model,
-            "--approval-mode",
-            "yolo",
-            "--output-format",
-            "stream-json",
-        ]

@@ -17,6 +17,7 @@ import logging
 import pathlib
 import shlex
 import time
+from collections.abc import Awaitable, Callable
 from typing import Literal
 
 from coding_agent_rl.errors import HarnessError
@@ -46,7 +47,7 @@ class InstallReport:
     version_s: float = 0.0
 
 
-def _pick_upload(sb: Sandbox, upload: Upload) -> Literal["raw", "gzip"]:
+def pick_upload(sb: Sandbox, upload: Upload) -> Literal["raw", "gzip"]:
     if upload != "auto":
         return upload
     return "raw" if sb.is_local() else "gzip"  # an upload that never leaves this machine
@@ -107,19 +108,35 @@ async def install_mounted(
     ``--version`` runs once per image and host file (an image whose libc cannot run the binary
     fails here); later sandboxes of that image trust the entry in ``verified``.
     """
+
+    async def check() -> str:
+        code, got = await _version(sb, target, version_args)
+        if code != 0 or (version is not None and version not in got):
+            raise InstallError(
+                f"{target} (mounted from {host_path}) {' '.join(version_args)} -> exit {code}: "
+                f"{got!r}" + (f" (want {version})" if version else "")
+            )
+        return got
+
+    return await mounted_once(sb, target, host_path, verified, check)
+
+
+async def mounted_once(
+    sb: Sandbox,
+    target: str,
+    host_path: pathlib.Path,
+    verified: Verified,
+    check: Callable[[], Awaitable[str]],
+) -> InstallReport:
+    """A mounted CLI's report: ``check`` (its version, or an InstallError) runs once per image
+    and host file (its size and mtime: a rebuilt file is checked again)."""
     st = host_path.stat()
     key = (sb.image, target, str(host_path), st.st_size, st.st_mtime_ns)
     if key in verified:
         return InstallReport(target, verified[key], "mount")
     t0 = time.monotonic()
-    code, got = await _version(sb, target, version_args)
-    if code != 0 or (version is not None and version not in got):
-        raise InstallError(
-            f"{target} (mounted from {host_path}) {' '.join(version_args)} -> exit {code}: "
-            f"{got!r}" + (f" (want {version})" if version else "")
-        )
-    verified[key] = got
-    return InstallReport(target, got, "mount", version_s=time.monotonic() - t0)
+    verified[key] = await check()
+    return InstallReport(target, verified[key], "mount", version_s=time.monotonic() - t0)
 
 
 async def install_package(
@@ -150,7 +167,7 @@ async def install_package(
         files = await asyncio.to_thread(cache.unpacked, pkg)
     except cache.FetchError as e:
         raise InstallError(str(e)) from e
-    form = _pick_upload(sb, upload)
+    form = pick_upload(sb, upload)
     folders = {n for n, p in files.items() if p.is_dir()}  # sent as one tar each
     for n in folders:
         files[n] = await asyncio.to_thread(cache.archived, files[n])

@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import json
 
-from coding_agent_rl.harness.base import BaseHarness
 from coding_agent_rl.harness.cache import NpmPackage
 from coding_agent_rl.harness.capabilities import Capabilities
 from coding_agent_rl.harness.context import HarnessContext
-from coding_agent_rl.harness.install import BIN_DIR
-from coding_agent_rl.harness.node import NODE
+from coding_agent_rl.harness.node import NodeHarness
 
 
-class PiCodingAgent(BaseHarness):
+class PiCodingAgent(NodeHarness):
     name = "pi"
-    runtime = (NODE,)
     package = NpmPackage(
         name="@mariozechner/pi-coding-agent",
         version="0.73.1",
@@ -79,15 +76,6 @@ class PiCodingAgent(BaseHarness):
         }
 
     def argv(self, ctx: HarnessContext, prompt: str) -> list[str]:
-        return [
-            f"{BIN_DIR}/node",
-            self.binary,
-            "--print",
-            "--mode",
-            "json",
-            "--provider",
-            "adapter",
-            "--model",
-            ctx.model,
-            prompt,
-        ]
+        return self.node_argv(
+            "--print", "--mode", "json", "--provider", "adapter", "--model", ctx.model, prompt
+        )

@@ -7,18 +7,25 @@ from __future__ import annotations
 import asyncio
 import compileall
 import dataclasses
+import functools
 import hashlib
-import os
 import pathlib
 import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 from coding_agent_rl.harness import cache
-from coding_agent_rl.harness.install import BIN_DIR, InstallError, InstallReport, Upload, Verified
+from coding_agent_rl.harness.install import (
+    BIN_DIR,
+    InstallError,
+    InstallReport,
+    Upload,
+    Verified,
+    mounted_once,
+    pick_upload,
+)
 from coding_agent_rl.sandbox.base import Sandbox
 
 # Wheels for the image's CPython on x86-64 glibc Linux (manylinux up to glibc 2.28).
@@ -106,9 +113,8 @@ def build(pkg: PyPackage) -> pathlib.Path:
     wheels = cache.agents_dir() / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     _pip(pkg, "download", "--dest", str(wheels), *pkg.lock, timeout=1800)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = pathlib.Path(tempfile.mkdtemp(dir=dest.parent, prefix=".build-"))
-    try:
+    stamp = "\n".join(pkg.lock) + "\n"
+    with cache.staged(dest, stamp, f"could not build {pkg.spec} in {dest}") as tmp:
         site = tmp / "site-packages"
         _pip(
             pkg,
@@ -131,15 +137,6 @@ def build(pkg: PyPackage) -> pathlib.Path:
         for path in [tmp, *tmp.rglob("*")]:  # readable by the agent user in the sandbox
             if not path.is_symlink():
                 path.chmod(0o755 if path.is_dir() else 0o644)
-        (tmp / ".complete").write_text("\n".join(pkg.lock) + "\n")
-        if dest.exists():  # a stale, incomplete build
-            shutil.rmtree(dest)
-        os.replace(tmp, dest)
-    except OSError as e:
-        if not (dest / ".complete").is_file():  # else another process finished it first
-            raise cache.FetchError(f"could not build {pkg.spec} in {dest}: {e}") from e
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return dest
 
 
@@ -180,13 +177,8 @@ async def install(
     by_target = {t: h for h, t in sb.mounts.items()}
     if pkg.target in by_target:
         host = pathlib.Path(by_target[pkg.target])
-        st = (host / ".complete").stat()
-        key = (sb.image, pkg.target, str(host), st.st_size, st.st_mtime_ns)
-        if key not in verified:
-            t0 = time.monotonic()
-            verified[key] = await _check(sb, pkg, f"mounted from {host}")
-            return InstallReport(program, pkg.version, "mount", version_s=time.monotonic() - t0)
-        return InstallReport(program, verified[key], "mount")
+        check = functools.partial(_check, sb, pkg, f"mounted from {host}")
+        return await mounted_once(sb, program, host / ".complete", verified, check)
     stamp = f"{pkg.target}/.complete"
     res = await sb.exec(
         f'PATH={BIN_DIR}:"$PATH" command -v {pkg.interpreter} >/dev/null || exit 127\n'
@@ -201,8 +193,8 @@ async def install(
     try:
         local = await asyncio.to_thread(build, pkg)
         tar = await asyncio.to_thread(cache.archived, local)
-        if upload == "gzip" or (upload == "auto" and not sb.is_local()):
-            tar = await asyncio.to_thread(cache.gzipped, tar)  # GNU tar -x reads it as it is
+        if pick_upload(sb, upload) == "gzip":  # GNU tar -x reads it as it is
+            tar = await asyncio.to_thread(cache.gzipped, tar)
     except cache.FetchError as e:
         raise InstallError(str(e)) from e
     t1 = time.monotonic()

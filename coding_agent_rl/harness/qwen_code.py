@@ -6,19 +6,14 @@ Quirk: it refuses a shell ``sed -i`` / ``perl -i`` on a file it has not read in 
 
 from __future__ import annotations
 
-import json
-
-from coding_agent_rl.harness.base import BaseHarness
 from coding_agent_rl.harness.cache import NpmPackage
 from coding_agent_rl.harness.capabilities import Capabilities
 from coding_agent_rl.harness.context import HarnessContext
-from coding_agent_rl.harness.install import BIN_DIR
-from coding_agent_rl.harness.node import NODE
+from coding_agent_rl.harness.node import GeminiStyleHarness
 
 
-class QwenCode(BaseHarness):
+class QwenCode(GeminiStyleHarness):  # a fork of Gemini CLI
     name = "qwen_code"
-    runtime = (NODE,)
     package = NpmPackage(
         name="@qwen-code/qwen-code",
         version="0.24.4",
@@ -39,17 +34,8 @@ class QwenCode(BaseHarness):
     )
     extra_args_env = "SLIME_AGENT_QWEN_EXTRA_ARGS"
     extra_env_env = "SLIME_AGENT_QWEN_EXTRA_ENVS"
-
-    def config_files(self, ctx: HarnessContext) -> dict[str, str]:
-        settings = {
-            "security": {"auth": {"selectedType": "openai"}, "folderTrust": {"enabled": False}},
-            # Offline: no usage statistics, telemetry, update checks or IDE connection.
-            "privacy": {"usageStatisticsEnabled": False},
-            "telemetry": {"enabled": False},
-            "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
-            "ide": {"enabled": False},
-        }
-        return {f"{ctx.agent_home}/.qwen/settings.json": json.dumps(settings, indent=1)}
+    settings_dir = ".qwen"
+    auth_type = "openai"
 
     def env(self, ctx: HarnessContext) -> dict[str, str]:
         return {
@@ -61,17 +47,3 @@ class QwenCode(BaseHarness):
             "QWEN_SANDBOX": "false",
             "NO_BROWSER": "1",
         }
-
-    def argv(self, ctx: HarnessContext, prompt: str) -> list[str]:
-        return [
-            f"{BIN_DIR}/node",
-            self.binary,
-            "--prompt",
-            prompt,
-            "--model",
-            ctx.model,
-            "--approval-mode",
-            "yolo",
-            "--output-format",
-            "stream-json",
-        ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import io
+import json
 import pathlib
 import tarfile
 
@@ -203,3 +204,59 @@ def test_a_locked_tree_must_pin_exactly_the_harness_package():
         cache.read_lock(dataclasses.replace(pkg, integrity="sha512-" + "A" * 86 + "=="))
     with pytest.raises(cache.FetchError, match=r"not a package-lock\.json"):
         cache.read_lock(dataclasses.replace(pkg, lock="no-such-lock.json"))
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"version": "1.0.0"},  # no integrity: npm ci would install whatever the registry sends
+        {"version": "1.0.0", "integrity": "sha1-2jmj7l5rSw0yVb/vlWAYkK/YBwk="},  # a weak hash
+        {"resolved": "git+https://example.invalid/x.git#abc", "version": "1.0.0"},
+        {"link": True, "resolved": "../x"},
+        "1.0.0",  # not an entry at all
+    ],
+)
+def test_a_locked_tree_pins_every_package(tmp_path, entry):
+    """Every package of the lock carries a sha512 integrity, the only thing npm ci checks."""
+    from coding_agent_rl.harness.pi_coding_agent import PiCodingAgent
+
+    pkg = PiCodingAgent.package
+    lock = cache.read_lock(pkg)
+    lock["packages"]["node_modules/left-pad"] = entry
+    tampered = tmp_path / "tampered.json"  # an absolute path: not under harness/locks/
+    tampered.write_text(json.dumps(lock))
+    with pytest.raises(cache.FetchError, match="no sha512 integrity for node_modules/left-pad"):
+        cache.read_lock(dataclasses.replace(pkg, lock=str(tampered)))
+    # A bundled package comes inside its parent's (checked) tarball: no integrity of its own.
+    lock["packages"]["node_modules/left-pad"] = {"version": "1.0.0", "inBundle": True}
+    tampered.write_text(json.dumps(lock))
+    assert cache.read_lock(dataclasses.replace(pkg, lock=str(tampered))) == lock
+
+
+def test_a_staged_folder_replaces_a_stale_one_and_yields_to_a_finished_one(tmp_path):
+    """What the unpack and the PyPI build share: the folder appears whole with its stamp; a
+    failure is a FetchError unless another process completed the folder meanwhile."""
+    dest = tmp_path / "tool"
+    (dest / "half").mkdir(parents=True)  # a stale, incomplete one
+    with cache.staged(dest, "v1\n", "could not build tool") as tmp:
+        (tmp / "bin").write_text("x")
+    assert sorted(p.name for p in dest.iterdir()) == [".complete", "bin"]
+    assert (dest / ".complete").read_text() == "v1\n"
+    other = cache.staged(tmp_path / "other", "v1\n", "could not build other")
+    with pytest.raises(cache.FetchError, match="could not build other: disk full"), other:
+        raise OSError("disk full")
+    with cache.staged(dest, "v2\n", "could not build tool"):  # finished by another process
+        raise OSError("lost the race")
+    assert (dest / ".complete").read_text() == "v1\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tool"]  # no stage left behind
+
+
+def test_a_failing_npm_is_a_fetch_error_naming_the_package(cache_root, monkeypatch):
+    """The real npm (offline: it fails before any request) on a name npm rejects."""
+    monkeypatch.setenv("npm_config_offline", "true")
+    bad = dataclasses.replace(PKG, name="Not A Name")
+    with pytest.raises(
+        cache.FetchError, match=r"npm pack Not A Name@1\.2\.3 failed: .*EINVALIDPACKAGENAME"
+    ):
+        cache.fetch(bad)
+    assert not any(cache_root.rglob("*.tgz"))

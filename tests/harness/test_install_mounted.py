@@ -147,3 +147,20 @@ async def test_configure_is_one_exec_with_files_owned_by_the_agent(tmp_path):
             )
             with pytest.raises(AdapterUnreachable, match="ADAPTER_PUBLIC_HOST"):
                 await h.configure(sb, bad)
+
+
+@pytest.mark.agents
+async def test_a_mounted_python_cli_is_checked_once_per_image():
+    """mini-swe-agent's folder mounted from the host cache: its import check runs in the first
+    sandbox of an image, not in the next."""
+    h = get_harness("mini_swe_agent", extra_args=[], extra_env={})
+    opts = {"network": "none", "run_id": RUN_ID}
+    reports = []
+    for _ in range(2):
+        async with create_sandbox("docker", IMAGE, mounts=h.host_mounts(), **opts) as sb:
+            counting = CountingExecs(sb)
+            reports.append((await h.install(counting), counting.execs))
+    (first, n1), (again, n2) = reports
+    assert (first.source, first.binary, first.version, n1) == ("mount", h.binary, "2.4.6", 1)
+    assert first.version_s > 0
+    assert (again.source, again.version, again.version_s, n2) == ("mount", "2.4.6", 0.0, 0)

@@ -73,6 +73,15 @@ def test_unmeasured_cpu_is_a_miss():
         "codex.cpu_ratio <= 10 (not measured)",
     ]
     assert result["agents"]["codex"]["agent_wall_ratio"] == 1.0
+    # One round of three unmeasured is enough: the median of the other two is no figure.
+    rounds = [{**solved, "agent_cpu_s": 1.0}, solved, {**solved, "agent_cpu_s": 1.2}]
+    result = summarize(
+        {"claude_code": [{**solved, "agent_cpu_s": 1.0}] * 3, "codex": rounds},
+        baseline="claude_code",
+        rounds=3,
+    )
+    assert result["agents"]["codex"]["agent_cpu_s_p50"] is None
+    assert "codex.agent_cpu_s_p50 > 0 (not measured)" in result["targets_missed"]
 
 
 @pytest.mark.parametrize("backend", ["docker", "local"])

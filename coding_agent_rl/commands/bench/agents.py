@@ -30,8 +30,11 @@ from coding_agent_rl.commands.bench.rollout import TASKS, bench, outcome_of
 TARGET_CPU_RATIO = 10.0
 
 
-def _p50(xs: list[float]) -> float | None:
-    return round(statistics.median(xs), 3) if xs else None
+def _p50(xs: list[float | None]) -> float | None:
+    """The median; None (not measured) when any rollout lacks the figure."""
+    if not xs or any(x is None for x in xs):
+        return None
+    return round(statistics.median(x for x in xs if x is not None), 3)
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -44,9 +47,9 @@ def per_agent(records: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "rollouts": len(records),
         "solved": sum(outcome_of(r) == "solved" for r in records),
-        "agent_cpu_s_p50": _p50([r["agent_cpu_s"] for r in records if "agent_cpu_s" in r]),
-        "agent_s_p50": _p50([t["agent_s"] for t in timings if "agent_s" in t]),
-        "total_s_p50": _p50([t["total_s"] for t in timings if "total_s" in t]),
+        "agent_cpu_s_p50": _p50([r.get("agent_cpu_s") for r in records]),
+        "agent_s_p50": _p50([t.get("agent_s") for t in timings]),
+        "total_s_p50": _p50([t.get("total_s") for t in timings]),
         "failure_reasons": sorted(
             {
                 str(r.get("abort_reason") or r.get("fail_reason"))
