@@ -75,14 +75,6 @@ class CommandFailed(SandboxError):
         self.result = result
 
 
-def cap_output(data: bytes, cap: int) -> str:
-    """Decode ``data`` (replacing bad UTF-8), keeping at most ``cap`` bytes and a visible marker."""
-    if len(data) > cap:
-        dropped = len(data) - cap
-        return data[:cap].decode("utf-8", "replace") + TRUNCATION_MARKER.format(n=dropped)
-    return data.decode("utf-8", "replace")
-
-
 def to_bytes(content: str | bytes | pathlib.Path) -> bytes:
     if isinstance(content, bytes):
         return content

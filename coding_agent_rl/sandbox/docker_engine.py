@@ -31,7 +31,6 @@ T = TypeVar("T")
 
 LABEL_RUN = "coding-agent-rl.run"
 LABEL_SANDBOX = "coding-agent-rl.sandbox"
-DEFAULT_BOOT_CONCURRENCY = 16
 
 _lock = threading.Lock()
 _client: docker.DockerClient | None = None
