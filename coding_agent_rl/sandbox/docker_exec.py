@@ -3,14 +3,16 @@ capped buffers, notice its exit, and kill everything it started (see :mod:`reape
 
 from __future__ import annotations
 
+import struct
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import docker.errors
 
 from coding_agent_rl.sandbox import docker_engine as engine
-from coding_agent_rl.sandbox.base import SandboxGone
+from coding_agent_rl.sandbox.base import SandboxError, SandboxGone
 from coding_agent_rl.sandbox.capture import CappedBuffer
 from coding_agent_rl.sandbox.reaper import kill_argv
 
@@ -105,11 +107,8 @@ def run_exec(
         stream = api.exec_start(created["Id"], stream=True, demux=True)
         run.attach(stream)
         try:
-            for out, err in stream:
-                if out:
-                    run.out.append(out)
-                if err:
-                    run.err.append(err)
+            for kind, chunk in frames(_response_file(stream)):
+                (run.out if kind == 1 else run.err).append(chunk)
         finally:
             run.detach()
         polls = 0
@@ -138,6 +137,38 @@ def run_exec(
         return code
     finally:
         run.finished.set()
+
+
+def _response_file(stream: Any) -> Any:
+    """The buffered file of the HTTP response behind the SDK's exec stream."""
+    response = getattr(stream, "_response", None)  # docker.types.CancellableStream's
+    fp = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)
+    if fp is None:
+        raise SandboxError("this docker SDK's exec stream has no HTTP response to read")
+    return fp
+
+
+def frames(fp: Any) -> Iterator[tuple[int, bytes]]:
+    """``(stream, bytes)`` of a multiplexed exec stream, read from the HTTP response's buffered
+    file, not the bare socket under it (the SDK's way): output that arrived with the response
+    head sits in that buffer and would be lost, shifting every frame after it. No socket
+    timeout: a quiet command is not a dead one (the caller has its own deadline)."""
+    raw = getattr(getattr(fp, "raw", None), "_sock", None)
+    if raw is not None:
+        raw.settimeout(None)
+    while True:
+        head = fp.read(8)
+        if len(head) < 8:
+            return  # end of stream (or the connection was shut down)
+        kind, n = struct.unpack(">BxxxL", head)
+        if kind not in (1, 2):
+            raise SandboxError(f"docker exec stream out of frame (stream id {kind})")
+        while n:
+            chunk = fp.read1(min(n, 1 << 16))
+            if not chunk:
+                return
+            n -= len(chunk)
+            yield kind, chunk
 
 
 def container_running(cid: str, api: Any = None) -> bool:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
 import ipaddress
 import json
 import threading
+import time
 import uuid
 
 import docker.errors
@@ -217,3 +219,25 @@ async def test_boot_concurrency_bounds_parallel_creations(monkeypatch: pytest.Mo
     await asyncio.gather(*(one() for _ in range(6)))
     assert peak[0] == 2
     assert ours(rid) == []
+
+
+async def test_output_written_before_the_client_reads_the_head_is_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A busy client reads the exec's response head late, when the command's first output is
+    already on the connection: that output is kept whole and in order."""
+    begin = http.client.HTTPResponse.begin
+
+    def late(self: http.client.HTTPResponse) -> None:
+        time.sleep(0.4)
+        begin(self)
+
+    async with create_sandbox("docker", IMAGE, run_id=run_id()) as sb:
+        monkeypatch.setattr(http.client.HTTPResponse, "begin", late)
+
+        async def one(i: int) -> None:
+            r = await sb.exec(f"echo START{i}; seq 3000; echo END{i} >&2", timeout=120)
+            lines = r.stdout.splitlines()
+            assert (lines[:2], len(lines), r.stderr) == ([f"START{i}", "1"], 3001, f"END{i}\n")
+
+        await asyncio.gather(*(one(i) for i in range(4)))
