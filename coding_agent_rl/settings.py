@@ -182,6 +182,9 @@ class Settings(BaseSettings):
     pool_size: int = Field(0, ge=0, validation_alias=_env("POOL_SIZE"))
     """Prepared agent sandboxes kept ready per runtime (docs/sandbox-pool.md): fresh, never
     used, no session key until claimed. 0: none (each rollout prepares its own)."""
+    pool_idle_s: float = Field(600.0, ge=0, validation_alias=_env("POOL_IDLE_S"))
+    """A pooled sandbox unclaimed this long (seconds) is destroyed and its expected claim
+    dropped (that claim, if it comes, prepares on demand); 0: no limit."""
     fork_groups: bool = Field(False, validation_alias=_env("FORK_GROUPS"))
     """Prepare a task once per group of samples and copy the prepared sandbox for each sample
     (backends with snapshots: docker, local, e2b); off: every sample prepares its own."""

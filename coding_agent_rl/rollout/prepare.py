@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import functools
 import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -55,12 +56,17 @@ class SandboxSupply:
         agent: AgentPhase,
         *,
         pool_size: int = 0,
+        pool_idle_s: float = 0.0,
         fork: bool = False,
         group_size: int | None = None,
     ):
         self.agent = agent
         self.backend = agent.config.backend
         self.pool_size = max(0, pool_size)
+        self.pool_idle_s = pool_idle_s
+        self._timers: dict[asyncio.Future[Prepared], asyncio.TimerHandle] = {}  # idle limits
+        self._expiring: set[asyncio.Future[None]] = set()  # unclaimed sandboxes being destroyed
+        self._sources: dict[str, str] = {}  # sandbox id -> how its claim got it, until closed
         # A group of one gains nothing from a copy (it would pay the snapshot on top).
         single = group_size is not None and group_size <= 1
         self.fork = fork and not single and BACKENDS.load(self.backend).supports_snapshot()
@@ -103,10 +109,14 @@ class SandboxSupply:
         prepared = None
         while task.ready and prepared is None:
             fut = task.ready.popleft()
+            if (timer := self._timers.pop(fut, None)) is not None:
+                timer.cancel()  # claimed: no idle limit any more
             try:
                 candidate = await self._claim(fut)
             except asyncio.CancelledError:  # still the pool's: the next claim (or close) takes it
                 task.ready.appendleft(fut)
+                if fut.done():
+                    self._arm_expiry(task, fut)
                 raise
             if candidate is None:
                 continue
@@ -122,13 +132,27 @@ class SandboxSupply:
                 self.stats.replaced += 1
                 await candidate.sandbox.close()
         self._refill()
+        source = "pool"
         if prepared is None:
             self.stats.misses += 1
             prepared = await self._make(task)
+            source = "copy" if self.fork else "prepared"
+        sb = prepared.sandbox
+        self._sources[sb.sandbox_id] = source
+
+        async def forget() -> None:
+            self._sources.pop(sb.sandbox_id, None)
+
+        sb.after_close(forget)
         if not self.fork and not task.expected and not task.ready:
             self._tasks.pop(row.instance_id, None)  # nothing more is owed to this task
             self._finished.add(row.instance_id)
         return prepared.sandbox, prepared.base_commit
+
+    def source(self, sb: Sandbox) -> str | None:
+        """How the claim of ``sb`` was served: ``pool`` (prepared ahead), ``copy`` (of its
+        group's snapshot, on demand), ``prepared`` (on demand); None: not this supply's."""
+        return self._sources.get(sb.sandbox_id)
 
     async def _claim(self, fut: asyncio.Future[Prepared]) -> Prepared | None:
         """A pooled sandbox (waiting for one still being prepared); None: its preparation
@@ -259,7 +283,9 @@ class SandboxSupply:
         for task in self._tasks.values():
             while room > 0 and task.expected > len(task.ready):
                 room -= 1
-                task.ready.append(asyncio.ensure_future(self._fill(task)))
+                fut = asyncio.ensure_future(self._fill(task))
+                fut.add_done_callback(functools.partial(self._arm_expiry, task))
+                task.ready.append(fut)
             if room <= 0:
                 break
 
@@ -272,9 +298,38 @@ class SandboxSupply:
         self.stats.pool_size += 1
         return prepared
 
+    def _arm_expiry(self, task: _Task, fut: asyncio.Future[Prepared]) -> None:
+        if self._closed or self.pool_idle_s <= 0 or fut.cancelled() or fut.exception():
+            return
+        if fut in task.ready:  # not claimed while it was being prepared
+            loop = asyncio.get_running_loop()
+            self._timers[fut] = loop.call_later(self.pool_idle_s, self._expire, task, fut)
+
+    def _expire(self, task: _Task, fut: asyncio.Future[Prepared]) -> None:
+        """``fut``'s sandbox waited ``pool_idle_s`` unclaimed: the claim it was made for is not
+        coming soon (a stalled trainer, a group cut short). Destroy it; do not make another."""
+        self._timers.pop(fut, None)
+        if self._closed or fut not in task.ready:
+            return  # claimed meanwhile, or the supply is closing
+        task.ready.remove(fut)
+        task.expected = max(0, task.expected - 1)
+        self.stats.pool_size -= 1
+        self.stats.expired += 1
+        closing = asyncio.ensure_future(fut.result().sandbox.close())
+        self._expiring.add(closing)
+        closing.add_done_callback(self._expiring.discard)
+        if not task.expected and not task.ready and task.snapshot is None:
+            self._tasks.pop(task.row.instance_id, None)
+        self._refill()  # the room goes to the rows expected next
+
     async def close(self) -> None:
         """Destroy every unclaimed sandbox and remove every snapshot."""
         self._closed = True
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        if self._expiring:
+            await asyncio.wait(set(self._expiring))
         for task in list(self._tasks.values()):
             while task.ready:
                 fut = task.ready.popleft()
@@ -296,5 +351,9 @@ def supply_for(agent: AgentPhase) -> SandboxSupply:
     """The supply a runner's config asks for."""
     cfg = agent.config
     return SandboxSupply(
-        agent, pool_size=cfg.pool_size, fork=cfg.fork_groups, group_size=cfg.group_size
+        agent,
+        pool_size=cfg.pool_size,
+        pool_idle_s=cfg.pool_idle_s,
+        fork=cfg.fork_groups,
+        group_size=cfg.group_size,
     )

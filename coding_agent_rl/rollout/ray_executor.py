@@ -61,6 +61,29 @@ def slot_nodes(nodes: list[dict[str, Any]]) -> list[tuple[str, int]]:
     return sorted(out)
 
 
+def plan_rows(rows: list[TaskRow], workers: list[NodeWorker]) -> dict[str, list[TaskRow]]:
+    """Which node each coming rollout should run on (node id -> its rows, in order): a task's
+    rollouts (a GRPO group) stay on one node, each task goes to the node with the fewest planned
+    rollouts per slot. The node's pool prepares for them; a rollout still runs where a slot is
+    free (its planned node first)."""
+    load = {w.node_id: 0 for w in workers}
+    slots = {w.node_id: w.slots for w in workers}
+    node_of: dict[str, str] = {}
+    plan: dict[str, list[TaskRow]] = {w.node_id: [] for w in workers}
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.instance_id] = counts.get(row.instance_id, 0) + 1
+    for row in rows:
+        node = node_of.get(row.instance_id)
+        if node is None and load:
+            node = min(load, key=lambda n: (load[n] / slots[n], n))
+            node_of[row.instance_id] = node
+            load[node] += counts[row.instance_id]
+        if node is not None:
+            plan[node].append(row)
+    return plan
+
+
 def lost_errors() -> tuple[type[BaseException], ...]:
     """Ray's errors for a call whose worker or node died."""
     names = ("RayActorError", "WorkerCrashedError", "NodeDiedError", "OwnerDiedError")
@@ -98,6 +121,8 @@ class RayExecutor:
         self._initialised_ray = False
         self.in_flight = 0
         self.max_in_flight = 0
+        self._planned: dict[str, str] = {}  # instance id -> the node its pool prepares on
+        self._told: set[asyncio.Future[None]] = set()  # expect calls still in flight
 
     # ---- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -183,6 +208,20 @@ class RayExecutor:
                 self._initialised_ray = False
 
     # ---- rollouts -------------------------------------------------------------------------
+    def expect(self, rows: list[TaskRow]) -> None:
+        """Rollouts of ``rows`` come next, in that order: each node's sandbox pool prepares for
+        the rows planned on it (:func:`plan_rows`); nothing is kept where the pool is off."""
+        live = [w for w in self.workers if w.alive]
+        for node, planned in plan_rows(rows, live).items():
+            if not planned:
+                continue
+            worker = next(w for w in live if w.node_id == node)
+            for row in planned:
+                self._planned[row.instance_id] = node
+            told = asyncio.ensure_future(_observe(worker.actor.expect.remote(planned), worker))
+            self._told.add(told)
+            told.add_done_callback(self._told.discard)
+
     async def run(
         self,
         row: TaskRow,
@@ -206,7 +245,7 @@ class RayExecutor:
         lost: list[dict[str, Any]] = []
         tried: set[str] = set()
         for _ in range(1 + RETRIES_ON_NODE_LOSS):
-            worker = await self._acquire(exclude=tried)
+            worker = await self._acquire(exclude=tried, prefer=self._planned.get(row.instance_id))
             if worker is None:
                 break
             tried.add(worker.node_id)
@@ -266,9 +305,9 @@ class RayExecutor:
         return RolloutOutcome([placeholder], record.as_dict())
 
     # ---- the pool -------------------------------------------------------------------------
-    async def _acquire(self, exclude: set[str]) -> NodeWorker | None:
-        """A free slot on a live node not in ``exclude`` (the most free first); None when no
-        such node is left."""
+    async def _acquire(self, exclude: set[str], prefer: str | None = None) -> NodeWorker | None:
+        """A free slot on a live node not in ``exclude``: node ``prefer`` if it has one, else
+        the one with the most free; None when no such node is left."""
         assert self._cond is not None, "start() the executor first"
         async with self._cond:
             while True:
@@ -277,7 +316,7 @@ class RayExecutor:
                     return None
                 free = [w for w in live if w.free > 0]
                 if free:
-                    worker = max(free, key=lambda w: w.free)
+                    worker = max(free, key=lambda w: (w.node_id == prefer, w.free))
                     worker.free -= 1
                     self.in_flight += 1
                     self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -333,6 +372,14 @@ class RayExecutor:
 
 async def _await(ref: Any) -> Any:
     return await ref
+
+
+async def _observe(ref: Any, worker: NodeWorker) -> None:
+    """Await a fire-and-forget call: its failure (a lost node) is logged, never unhandled."""
+    try:
+        await ref
+    except Exception as e:
+        log.warning("ray node %s: telling its pool what comes failed: %s", worker.label, e)
 
 
 async def _each(workers: list[NodeWorker], method: str, timeout: float) -> list[Any]:

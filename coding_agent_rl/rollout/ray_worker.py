@@ -155,6 +155,12 @@ class RolloutWorker:
             outcome.record["artifacts_dir"] = str(self.shared_dir)
         return Shipped(outcome, files, truncated)
 
+    def expect(self, rows: list[TaskRow]) -> None:
+        """Rollouts of ``rows`` will come to this node, in that order (its pool prepares)."""
+        runner = self.runtime.runner
+        if runner is not None and runner.supply is not None:
+            runner.supply.expect(rows)
+
     def cpu_s(self) -> float:
         """CPU seconds this worker process used (adapter, policy client, orchestration; the
         sandboxes' own processes are the engine's)."""

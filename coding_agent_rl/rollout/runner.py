@@ -263,6 +263,7 @@ class RolloutRunner:
                     # Prepared ahead (workspace set up, CLI installed, no session key).
                     sb, base_commit = await self.supply.obtain(row)
                     job.prepared.append(sb)
+                    job.record.set(sandbox_source=self.supply.source(sb))
                     stack.push_async_callback(self._release, sb, job)
                 else:
                     options = await self.act.sandbox_options(row)

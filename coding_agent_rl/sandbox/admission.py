@@ -53,6 +53,7 @@ class Stats:
     hits: int = 0  # claims served from the pool (or a group's copies)
     misses: int = 0  # claims that had to create and prepare on demand
     replaced: int = 0  # claimed sandboxes that failed their health check
+    expired: int = 0  # pooled sandboxes destroyed unclaimed after the idle limit
     prepared: int = 0  # agent sandboxes prepared whole by a supply (a group's: once)
     copies: int = 0  # sandboxes started from a snapshot
     latencies: collections.deque[float] = dataclasses.field(
@@ -79,6 +80,7 @@ CUMULATIVE = (
     "hits",
     "misses",
     "replaced",
+    "expired",
     "prepared",
     "copies",
 )

@@ -234,3 +234,42 @@ async def test_a_claim_cancelled_while_its_sandbox_is_prepared_leaves_it_to_the_
         await sb.close()
     finally:
         await supply.close()
+
+
+@pytest.mark.parametrize("idle_s", [0.0, 2.0], ids=["idle_limit_off", "idle_limit_on"])
+async def test_a_pooled_sandbox_left_unclaimed_goes_after_the_idle_limit(
+    example_rows: dict[str, TaskRow], idle_s: float
+) -> None:
+    """A claim that does not come (a stalled trainer, a group cut short) must not hold a
+    prepared container for the rest of the run, nor have it remade."""
+    row, later = example_rows["slugify"], example_rows["pager"]
+    supply = _supply(pool_size=1, pool_idle_s=idle_s, fork=False)
+    supply.expect([row, later])
+    loop = asyncio.get_running_loop()
+    try:
+        await _ready(supply, row, 1)
+        pooled = (await supply._tasks[row.instance_id].ready[0]).sandbox
+        cid = pooled.container_id  # type: ignore[attr-defined]
+        expired, misses, t0 = supply.stats.expired, supply.stats.misses, loop.time()
+        while supply.stats.expired == expired and loop.time() - t0 < idle_s + 5.0:
+            await asyncio.sleep(0.05)
+        waited = loop.time() - t0
+        if supply._expiring:
+            await asyncio.wait(set(supply._expiring))
+        alive = any(c["Id"] == cid for c in engine.list_containers())
+        if not idle_s:  # the harm: it waits for ever
+            assert alive and supply.stats.expired == expired
+            return
+        assert not alive and supply.stats.expired == expired + 1 and waited < idle_s + 3.0
+        assert row.instance_id not in supply._tasks  # not remade for the claim that left
+        # Its room went to the row expected next, whose claim is then a hit.
+        await _ready(supply, later, 1)
+        sb, _ = await supply.obtain(later)
+        await sb.close()
+        assert supply.stats.misses == misses
+        # The abandoned row's claim, if it comes after all, prepares on demand.
+        sb, base = await supply.obtain(row)
+        await sb.close()
+        assert base and supply.stats.misses == misses + 1
+    finally:
+        await supply.close()

@@ -115,7 +115,8 @@ def results(out: pathlib.Path) -> list[dict[str, Any]]:
 def test_rollouts_spread_over_both_nodes_and_all_solve(cluster, tmp_path):
     run_id = f"ray-spread-{uuid.uuid4().hex[:8]}"
     out = tmp_path / "spread"
-    printed = finish(start_run(cluster, out, run_id, "--n-samples", "2"), out, 600)
+    proc = start_run(cluster, out, run_id, "--n-samples", "2", "--pool-size", "1")
+    printed = finish(proc, out, 600)
     records = results(out)
     assert printed["total"] == len(records) == 2 * N_TASKS
     assert printed["solved"] == len(records), [r["abort_reason"] for r in records]
@@ -124,6 +125,11 @@ def test_rollouts_spread_over_both_nodes_and_all_solve(cluster, tmp_path):
     engines = {r["node"]: r["engine"] for r in records}
     assert len(engines) == 2, Counter(r["node"] for r in records)
     assert sorted(engines.values()) == sorted(["unix:///var/run/docker.sock", cluster.engine.host])
+    # Each node's pool was told its rows ahead (a group planned on one node): its first claim
+    # at least found a sandbox prepared for it.
+    pooled = Counter(r["node"] for r in records if r.get("sandbox_source") == "pool")
+    assert len(pooled) == 2, [(r["node"], r.get("sandbox_source")) for r in records]
+    assert all(r.get("sandbox_source") in ("pool", "prepared") for r in records)
     # back-pressure: never more in flight than the slots
     summary = json.loads((out / "summary.json").read_text())
     stats = summary["executor"]

@@ -15,7 +15,13 @@ import pytest
 from coding_agent_rl import settings
 from coding_agent_rl.errors import UserError
 from coding_agent_rl.rollout.executor import EXECUTORS, InProcessExecutor, create_executor
-from coding_agent_rl.rollout.ray_executor import SLOTS, RayExecutor, slot_nodes
+from coding_agent_rl.rollout.ray_executor import (
+    SLOTS,
+    NodeWorker,
+    RayExecutor,
+    plan_rows,
+    slot_nodes,
+)
 from coding_agent_rl.rollout.ray_worker import WORKER_DIR, node_settings, reap_worker_dirs
 from coding_agent_rl.rollout.runtime import RuntimeConfig
 from coding_agent_rl.rollout.shipping import artifact_paths, pack, unpack
@@ -77,6 +83,21 @@ def test_slot_nodes_are_the_live_ones_advertising_the_resource():
         {"NodeID": "d" * 56, "Alive": True, "Resources": {"CPU": 16.0}},  # a trainer node
     ]
     assert slot_nodes(nodes) == [("a" * 56, 2), ("b" * 56, 4)]
+
+
+def test_the_pools_plan_keeps_each_group_on_one_node_and_loads_nodes_by_slots():
+    from coding_agent_rl.datasets.schema import TaskRow
+
+    def row(name: str) -> TaskRow:
+        return TaskRow(instance_id=name, image="img", workdir="/w", problem_statement="fix")
+
+    small, big = NodeWorker("n1", 1, None), NodeWorker("n2", 3, None)
+    rows = [row(t) for t in "aabbccdd"]  # four groups of two, in the order they will run
+    plan = plan_rows(rows, [small, big])
+    on = {n: [r.instance_id for r in rs] for n, rs in plan.items()}
+    # A group stays together and in order; the 3-slot node plans three groups, the 1-slot one.
+    assert on == {"n1": ["a", "a"], "n2": ["b", "b", "c", "c", "d", "d"]}
+    assert plan_rows(rows, []) == {}
 
 
 def test_executors_are_registered_by_name():
