@@ -17,6 +17,7 @@ import posixpath
 import shlex
 import tarfile
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from coding_agent_rl.datasets.schema import TaskRow
@@ -190,9 +191,25 @@ def _bundle(members: dict[str, tuple[bytes, int]]) -> bytes:
     return buf.getvalue()
 
 
-async def prepare_grading(sb: Sandbox, row: TaskRow, defences: Defences | None = None) -> Prepared:
+@dataclasses.dataclass(frozen=True)
+class GradingSetup:
+    """What a grading sandbox's set-up left and printed; the same for every sandbox of a task,
+    so a snapshot's copies share it (nothing secret: the key and canaries come after)."""
+
+    runner_dir: str
+    as_user: bool
+    base: str
+    before: frozenset[str]
+    test_diff: str | None
+    method: str
+    view: dict[str, str] | None  # the hidden test files as the tests leave them (canaries)
+
+
+async def grading_setup(
+    sb: Sandbox, row: TaskRow, defences: Defences | None = None
+) -> GradingSetup:
     """Upload the test patch; one exec (pre_commands, snapshot, test user, the base list, the
-    hidden test files); derive the canaries; upload the bundle."""
+    hidden test files)."""
     defences = defences or Defences()
     runner = TestRunner(sb, row.workdir)
     method = result_method(row, defences)
@@ -214,15 +231,39 @@ async def prepare_grading(sb: Sandbox, row: TaskRow, defences: Defences | None =
         env=SNAPSHOT_ENV,
     )
     runner.parse_setup(r.stdout)
-    module = channel.new_module_name()
+    return GradingSetup(
+        runner_dir=runner.dir,
+        as_user=runner.as_user,
+        base=parse_base(r.stdout),
+        before=frozenset(parse_list(r.stdout)),
+        test_diff=test_diff,
+        method=method,
+        view=_read_view(r.stdout.partition("CAR-LIST\n")[0], row) if want_view else None,
+    )
+
+
+async def prepare_grading(sb: Sandbox, row: TaskRow, defences: Defences | None = None) -> Prepared:
+    """:func:`grading_setup`, then :func:`finish_grading`."""
+    return await finish_grading(sb, row, await grading_setup(sb, row, defences), defences)
+
+
+async def finish_grading(
+    sb: Sandbox, row: TaskRow, setup: GradingSetup, defences: Defences | None = None
+) -> Prepared:
+    """This sandbox's own secrets on top of ``setup`` (made here or in the snapshot it was
+    copied from): the plugin's name, the run's key and the canaries, in one uploaded bundle."""
+    defences = defences or Defences()
+    runner = TestRunner(sb, row.workdir, scratch=setup.runner_dir)
+    runner.as_user = setup.as_user
+    method = setup.method
     prepared = Prepared(
         sb,
         runner,
-        parse_base(r.stdout),
-        frozenset(parse_list(r.stdout)),
-        test_diff,
+        setup.base,
+        setup.before,
+        setup.test_diff,
         method=method,
-        module=module,
+        module=channel.new_module_name(),
         key=channel.new_key() if method == "plugin" else b"",
     )
     plugin = channel.plugin_source(row.workdir, row.test_files, prepared.new_list)
@@ -230,8 +271,8 @@ async def prepare_grading(sb: Sandbox, row: TaskRow, defences: Defences | None =
     if method == "plugin":
         members[runner.key_path] = (prepared.key, 0o600)
     members.update(protocol_files(row, runner))
-    if want_view:
-        view = _read_view(r.stdout.partition("CAR-LIST\n")[0], row)
+    if setup.view is not None:
+        view = setup.view
         plan = legacy_plan(view, row.fail_to_pass, row.pass_to_pass)
         if defences.blinding:
             try:
@@ -254,8 +295,13 @@ async def prepare_grading(sb: Sandbox, row: TaskRow, defences: Defences | None =
     return prepared
 
 
+# A started sandbox already set up for the row (a copy of the task's snapshot) and its set-up.
+SetupSource = Callable[[], Awaitable[tuple[Sandbox, GradingSetup]]]
+
+
 class GradingSandbox:
-    """One clean grading sandbox for ``row``, prepared ahead; it grades exactly one diff."""
+    """One clean grading sandbox for ``row``, prepared ahead; it grades exactly one diff.
+    ``source``: where a set-up sandbox comes from (default: created and set up here)."""
 
     def __init__(
         self,
@@ -264,14 +310,18 @@ class GradingSandbox:
         backend: str = "docker",
         sandbox_options: dict[str, Any] | None = None,
         defences: Defences | None = None,
+        source: SetupSource | None = None,
     ):
         self.row = row
         self.backend = backend
         self.sandbox_options = dict(sandbox_options or {})
         self.defences = defences or Defences()
-        self.sandbox = create_sandbox(
-            backend, image=row.image, **sandbox_options_for(backend, sandbox_options, row)
-        )
+        self.source = source
+        self.sandbox: Sandbox | None = None
+        if source is None:
+            self.sandbox = create_sandbox(
+                backend, image=row.image, **sandbox_options_for(backend, sandbox_options, row)
+            )
         self.used = False
         self.ready_at: float | None = None  # time.monotonic() when the preparation finished
         self.prepare_s: float | None = None  # how long it took (creation included)
@@ -285,8 +335,13 @@ class GradingSandbox:
 
     async def _prepare(self) -> Prepared:
         t0 = time.monotonic()
-        await self.sandbox.__aenter__()
-        prepared = await prepare_grading(self.sandbox, self.row, self.defences)
+        if self.source is not None:
+            self.sandbox, setup = await self.source()
+            prepared = await finish_grading(self.sandbox, self.row, setup, self.defences)
+        else:
+            assert self.sandbox is not None
+            await self.sandbox.__aenter__()
+            prepared = await prepare_grading(self.sandbox, self.row, self.defences)
         self.ready_at = time.monotonic()
         self.prepare_s = self.ready_at - t0
         return prepared
@@ -307,7 +362,8 @@ class GradingSandbox:
             await asyncio.wait([self._task])
             if not self._task.cancelled():
                 self._task.exception()  # retrieved: a failure was reported (or is moot)
-        await self.sandbox.close()
+        if self.sandbox is not None:
+            await self.sandbox.close()
 
     async def __aenter__(self) -> GradingSandbox:
         return self

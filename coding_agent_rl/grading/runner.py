@@ -75,11 +75,12 @@ class Caps:
 class TestRunner:
     """Owns the scratch directory and the unprivileged identity for one grading sandbox."""
 
-    def __init__(self, sb: Sandbox, workdir: str):
+    def __init__(self, sb: Sandbox, workdir: str, *, scratch: str | None = None):
         self.sb = sb
         self.workdir = workdir
         # Unpredictable, and created only in the grading sandbox: nothing can be planted there.
-        self.dir = f"/tmp/car-grade-{secrets.token_hex(8)}"
+        # ``scratch``: one a set-up made already (in the snapshot this sandbox was copied from).
+        self.dir = scratch or f"/tmp/car-grade-{secrets.token_hex(8)}"
         self.as_user = False
         self.caps = Caps.within(sb.output_cap)
 

@@ -1,6 +1,7 @@
-"""Agent sandboxes ready before they are asked for: a warm pool and one preparation copied per
-GRPO group (docs/sandbox-pool.md). A claimed sandbox never served another rollout and holds no
-session key until its rollout writes the CLI's configuration.
+"""Sandboxes ready before they are asked for: a warm pool and one preparation copied per GRPO
+group (docs/sandbox-pool.md), for agent sandboxes (:class:`AgentPreparer`) and grading sandboxes
+(grading/fork.py). A claimed agent sandbox never served another rollout and holds no session key
+until its rollout writes the CLI's configuration.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import dataclasses
 import functools
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from coding_agent_rl.errors import InfraFailure, SandboxError
 from coding_agent_rl.sandbox import BACKENDS, Sandbox
@@ -28,10 +29,47 @@ HEALTH_TIMEOUT_S = 10.0
 MAX_IDLE_SNAPSHOTS = 8  # snapshots kept with no copy in use (disk on the engine)
 
 
+class Preparer(Protocol):
+    """What a supply prepares: how a sandbox of a row is made and readied."""
+
+    backend: str
+
+    async def create(self, row: TaskRow, *, template: bool = False) -> Sandbox:
+        """A started sandbox for ``row`` (``template``: one made to be snapshotted)."""
+        ...
+
+    async def prepare(self, sb: Sandbox, row: TaskRow) -> Any:
+        """Ready ``sb`` for ``row``; returns what a claim gets with the sandbox."""
+        ...
+
+    def copy_options(self, row: TaskRow) -> dict[str, Any]:
+        """The options of a copy of ``row``'s snapshot."""
+        ...
+
+
+class AgentPreparer:
+    """Agent sandboxes: the CLI installed, the workspace set up; a claim gets the base commit."""
+
+    def __init__(self, agent: AgentPhase):
+        self.agent = agent
+        self.backend = agent.config.backend
+
+    async def create(self, row: TaskRow, *, template: bool = False) -> Sandbox:
+        return await self.agent.create_sandbox(row, template=template)
+
+    async def prepare(self, sb: Sandbox, row: TaskRow) -> str:
+        if self.agent.harness is not None:
+            await self.agent.harness.install(sb)
+        return await self.agent.prepare_repo(sb, row)
+
+    def copy_options(self, row: TaskRow) -> dict[str, Any]:
+        return self.agent.sandbox_options(row)
+
+
 @dataclasses.dataclass
 class Prepared:
     sandbox: Sandbox
-    base_commit: str
+    base_commit: Any  # what the preparer returned (an agent sandbox's: its base commit)
 
 
 @dataclasses.dataclass
@@ -44,24 +82,27 @@ class _Task:
     ready: collections.deque[asyncio.Future[Prepared]] = dataclasses.field(
         default_factory=collections.deque
     )
-    snapshot: asyncio.Future[tuple[Snapshot, str]] | None = None
+    snapshot: asyncio.Future[tuple[Snapshot, Any]] | None = None
     live: int = 0  # copies of the snapshot not yet closed (or being made)
 
 
 class SandboxSupply:
-    """Prepared agent sandboxes for one runner; ``await close()`` removes what is left."""
+    """Prepared sandboxes for one runner; ``await close()`` removes what is left. ``stats``:
+    the counters' key in :data:`STATS` (default: the backend's)."""
 
     def __init__(
         self,
-        agent: AgentPhase,
+        preparer: Preparer,
         *,
         pool_size: int = 0,
         pool_idle_s: float = 0.0,
         fork: bool = False,
         group_size: int | None = None,
+        stats: str | None = None,
     ):
-        self.agent = agent
-        self.backend = agent.config.backend
+        self.preparer = preparer
+        self.backend = preparer.backend
+        self._stats_key = stats or self.backend
         self.pool_size = max(0, pool_size)
         self.pool_idle_s = pool_idle_s
         self._timers: dict[asyncio.Future[Prepared], asyncio.TimerHandle] = {}  # idle limits
@@ -85,7 +126,7 @@ class SandboxSupply:
 
     @property
     def stats(self) -> Any:
-        return STATS[self.backend]
+        return STATS[self._stats_key]
 
     def _task(self, row: TaskRow) -> _Task:
         task = self._tasks.get(row.instance_id)
@@ -98,11 +139,11 @@ class SandboxSupply:
         return task
 
     # ---- claiming --------------------------------------------------------------------------
-    async def obtain(self, row: TaskRow) -> tuple[Sandbox, str | None]:
-        """The agent's sandbox for ``row`` and its base commit (None: not prepared yet, the
-        caller sets the workspace up)."""
+    async def obtain(self, row: TaskRow) -> tuple[Sandbox, Any]:
+        """A sandbox for ``row`` and what its preparation returned (an agent sandbox's base
+        commit); None: not prepared (the supply is off), the caller prepares it."""
         if not self.active:
-            return await self.agent.create_sandbox(row), None
+            return await self.preparer.create(row), None
         task = self._task(row)
         if task.expected:
             task.expected -= 1
@@ -179,11 +220,9 @@ class SandboxSupply:
     async def _make(self, task: _Task) -> Prepared:
         """A freshly prepared sandbox for ``task``: a copy of its snapshot, or made whole."""
         if not self.fork:
-            sb = await self.agent.create_sandbox(task.row)
+            sb = await self.preparer.create(task.row)
             try:
-                if self.agent.harness is not None:
-                    await self.agent.harness.install(sb)
-                base = await self.agent.prepare_repo(sb, task.row)
+                base = await self.preparer.prepare(sb, task.row)
             except BaseException:
                 await sb.close()
                 raise
@@ -218,16 +257,14 @@ class SandboxSupply:
         sb.after_close(released)
         return Prepared(sb, base)
 
-    async def _snapshot(self, row: TaskRow) -> tuple[Snapshot, str]:
+    async def _snapshot(self, row: TaskRow) -> tuple[Snapshot, Any]:
         """Prepare ``row`` once in a sandbox made to be snapshotted; freeze it."""
-        sb = await self.agent.create_sandbox(row, template=True)
+        sb = await self.preparer.create(row, template=True)
         try:
-            if self.agent.harness is not None:
-                await self.agent.harness.install(sb)
-            base = await self.agent.prepare_repo(sb, row)
+            base = await self.preparer.prepare(sb, row)
             self.stats.prepared += 1
             # From here the snapshot owns ``sb`` (and closes it).
-            return await sb.snapshot(**self.agent.sandbox_options(row)), base
+            return await sb.snapshot(**self.preparer.copy_options(row)), base
         except BaseException as e:
             await sb.close()
             if isinstance(e, SandboxError):
@@ -351,7 +388,7 @@ def supply_for(agent: AgentPhase) -> SandboxSupply:
     """The supply a runner's config asks for."""
     cfg = agent.config
     return SandboxSupply(
-        agent,
+        AgentPreparer(agent),
         pool_size=cfg.pool_size,
         pool_idle_s=cfg.pool_idle_s,
         fork=cfg.fork_groups,

@@ -36,6 +36,7 @@ from coding_agent_rl.grading.workspace import prepare_agent_workspace
 from coding_agent_rl.rollout.act import BRANCH_TAP, Act, ActResult, BranchTap, Job
 from coding_agent_rl.rollout.attribution import ArtifactBudget, file_size
 from coding_agent_rl.rollout.config import RolloutConfig, RolloutOutcome
+from coding_agent_rl.rollout.grading_supply import grading_supply, source_for
 from coding_agent_rl.rollout.prepare import supply_for
 from coding_agent_rl.rollout.record import RolloutRecord, event
 from coding_agent_rl.rollout.sandboxes import FreshSandboxes, SandboxSource
@@ -69,6 +70,14 @@ class RolloutRunner:
         # rollout/prepare.py. Inactive unless the config asks for it.
         agent = getattr(act, "agent", None)
         self.supply = supply_for(agent) if agent is not None else None
+        # Grading sandboxes copied from one set-up per group (--fork): rollout/grading_supply.py.
+        self.grading_supply = grading_supply(config, self._defences)
+
+    async def close(self) -> None:
+        """Destroy what the supplies still hold (prepared sandboxes, snapshots)."""
+        for supply in (self.supply, self.grading_supply):
+            if supply is not None:
+                await supply.close()
 
     async def run(
         self,
@@ -247,6 +256,7 @@ class RolloutRunner:
                 backend=self.config.backend,
                 sandbox_options=self.config.sandbox_options,
                 defences=self._defences,
+                source=source_for(self.grading_supply, job.row) if self.grading_supply else None,
             )
         )
 
@@ -324,7 +334,8 @@ class RolloutRunner:
                 defences=self._defences,
             )
         if ahead is not None:
-            if result.reward < 1.0 and (hit := await ahead.sandbox.limit_breaches()):
+            sb = ahead.sandbox
+            if result.reward < 1.0 and sb is not None and (hit := await sb.limit_breaches()):
                 result.reason = f"{result.reason} (grading sandbox: {'; '.join(hit)})"
             with timings.phase("grade_s"), timings.step("grading_sandbox_destroy"):
                 failed = job.record.extra.setdefault("teardown_failures", [])

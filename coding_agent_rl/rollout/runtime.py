@@ -242,8 +242,8 @@ class Runtime:
 
     async def stop(self) -> None:
         """Stop what :meth:`start` started (a second call does nothing)."""
-        if self.runner is not None and self.runner.supply is not None:
-            await self.runner.supply.close()  # prepared sandboxes not claimed
+        if self.runner is not None:
+            await self.runner.close()  # prepared sandboxes not claimed, snapshots
         if self.reaper is not None:
             await self.reaper.stop()
             self.reaper = None

@@ -120,6 +120,7 @@ SHARED = {  # a RolloutConfig field -> a value unlike its setting's default
     "agent_network": "none",
     "prompt_template": "do {problem_statement}",
     "pool_size": 3,
+    "pool_idle_s": 7.0,
     "fork_groups": True,
 }
 

@@ -17,7 +17,7 @@ from coding_agent_rl.harness import HarnessContext, get_harness
 from coding_agent_rl.rollout.agent import AgentPhase
 from coding_agent_rl.rollout.config import RolloutConfig
 from coding_agent_rl.rollout.isolation import AgentNetwork
-from coding_agent_rl.rollout.prepare import SandboxSupply
+from coding_agent_rl.rollout.prepare import AgentPreparer, SandboxSupply
 from coding_agent_rl.sandbox import SandboxGone
 from coding_agent_rl.sandbox import docker_engine as engine
 
@@ -32,7 +32,7 @@ def _supply(**kw: Any) -> SandboxSupply:
     agent = AgentPhase(
         config, get_harness("claude_code", check_adapter=False), AgentNetwork("open", "docker")
     )
-    return SandboxSupply(agent, **kw)
+    return SandboxSupply(AgentPreparer(agent), **kw)
 
 
 async def _ready(supply: SandboxSupply, row: TaskRow, n: int) -> None:
@@ -54,7 +54,7 @@ async def test_a_pooled_sandbox_holds_nothing_of_another_rollout_and_no_key_befo
         ctx = HarnessContext(
             adapter_url="http://127.0.0.1:9", session_id=KEY, model="policy", workdir=row.workdir
         )
-        harness = supply.agent.harness
+        harness = supply.preparer.agent.harness  # type: ignore[attr-defined]
         assert harness is not None
         await harness.configure(first, ctx)
         await harness.run(first, ctx, "fix it", 5.0)  # writes its launcher (with the key)

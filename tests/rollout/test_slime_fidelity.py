@@ -467,19 +467,22 @@ async def test_a_group_becomes_a_tree_and_slime_trains_it_with_step_credit(
 
 async def test_slimes_group_gets_its_samples_from_one_preparation(slime_world, rows, monkeypatch):
     """With fork_groups, slime's ``generate_and_rm_group`` of n samples of one task prepares the
-    task once (a snapshot) and every sample runs in its own copy; the snapshot goes with the
-    group."""
+    task once (a snapshot) and every sample runs in its own copy, and is graded in a copy of one
+    grading set-up; the snapshots go with the group."""
     from coding_agent_rl.sandbox import docker_engine as engine
     from coding_agent_rl.sandbox.admission import STATS
 
     monkeypatch.setenv("CODING_AGENT_RL_FORK_GROUPS", "1")
     args, _, _ = await slime_world({"solve": {"steps": solve_steps(rows["pager"])}})
-    stats = STATS["docker"]
+    stats, grading = STATS["docker"], STATS["docker-grading"]
     prepared, copies = stats.prepared, stats.copies
+    graded, graded_copies = grading.prepared, grading.copies
     group = [slime_sample("pager", i, 0, f"solve-{i}") for i in range(2)]
     out = await slime().sglang_rollout.generate_and_rm_group(args, group, dict(SAMPLING))
     assert [samples[0].reward for samples in out] == [1.0, 1.0]
     assert (stats.prepared - prepared, stats.copies - copies) == (1, 2)
+    # Their grading sandboxes too: one set-up, two copies.
+    assert (grading.prepared - graded, grading.copies - graded_copies) == (1, 2)
     owned = engine.owner_labels()["coding-agent-rl.owner.pid"]
     mine = [
         i for i in engine.list_images() if i["Labels"].get("coding-agent-rl.owner.pid") == owned

@@ -40,9 +40,9 @@ DEFAULT_SETUP = (
 
 async def _group(agent: Any, row: Any, n: int, fork: bool) -> float:
     """Seconds until ``n`` prepared sandboxes of ``row`` exist (all closed after)."""
-    from coding_agent_rl.rollout.prepare import SandboxSupply
+    from coding_agent_rl.rollout.prepare import AgentPreparer, SandboxSupply
 
-    supply = SandboxSupply(agent, fork=fork, group_size=n)
+    supply = SandboxSupply(AgentPreparer(agent), fork=fork, group_size=n)
 
     async def one() -> Any:
         sb, base = await supply.obtain(row)
