@@ -11,7 +11,8 @@ the CLI installed, the workspace prepared: everything before the session's confi
 - ours: the task prepared once, committed to a snapshot, ``n`` copies started from it.
 
 Target: ``speedup`` (baseline / ours, medians over ``--rounds``) >= 3. The machine is shared:
-both sides see the same load, interleaved.
+both sides see the same load, interleaved. The group's grading sandboxes are measured the same
+way (``grading_speedup``: ``n`` set-ups vs one set-up copied ``n`` times; reported, no target).
 """
 
 from __future__ import annotations
@@ -66,6 +67,34 @@ async def _group(agent: Any, row: Any, n: int, fork: bool) -> float:
     return took
 
 
+async def _grading_group(config: Any, row: Any, n: int, fork: bool) -> float:
+    """Seconds until ``n`` grading sandboxes of ``row`` are set up (all closed after)."""
+    import dataclasses as dc
+
+    from coding_agent_rl.grading.defences import Defences
+    from coding_agent_rl.grading.prepared import GradingSandbox
+    from coding_agent_rl.rollout.grading_supply import grading_supply, source_for
+
+    supply = grading_supply(dc.replace(config, fork_groups=fork, group_size=n), Defences())
+    boxes = [
+        GradingSandbox(
+            row,
+            backend=config.backend,
+            sandbox_options=config.sandbox_options,
+            source=source_for(supply, row) if supply else None,
+        )
+        for _ in range(n)
+    ]
+    t0 = time.monotonic()
+    try:
+        await asyncio.gather(*(b.ready() for b in boxes))
+        return time.monotonic() - t0
+    finally:
+        await asyncio.gather(*(b.close() for b in boxes))
+        if supply is not None:
+            await supply.close()
+
+
 async def bench(n: int, rounds: int, setup: str) -> dict[str, Any]:
     from coding_agent_rl.datasets import examples_dataset
     from coding_agent_rl.datasets.schema import load_dataset
@@ -83,11 +112,15 @@ async def bench(n: int, rounds: int, setup: str) -> dict[str, Any]:
     agent = AgentPhase(config, get_harness("claude_code"), network)
     ours: list[float] = []
     base: list[float] = []
+    grading: dict[bool, list[float]] = {True: [], False: []}
     for r in range(rounds):  # alternate which goes first: load drift hits both alike
         order = (True, False) if r % 2 else (False, True)
         for fork in order:
             (ours if fork else base).append(await _group(agent, row, n, fork))
+        for fork in order:
+            grading[fork].append(await _grading_group(config, row, n, fork))
     ours_s, base_s = statistics.median(ours), statistics.median(base)
+    g_ours, g_base = statistics.median(grading[True]), statistics.median(grading[False])
     result: dict[str, Any] = {
         "n": n,
         "rounds": rounds,
@@ -97,11 +130,14 @@ async def bench(n: int, rounds: int, setup: str) -> dict[str, Any]:
         "baseline_ready_s": round(base_s, 3),
         "baseline_ready_s_all": [round(x, 3) for x in base],
         "speedup": round(base_s / ours_s, 3) if ours_s else None,
+        "grading_ready_s": round(g_ours, 3),
+        "grading_baseline_ready_s": round(g_base, 3),
+        "grading_speedup": round(g_base / g_ours, 3) if g_ours else None,
         "baseline": {
             "kind": "run",
             "from": f"in this run, interleaved with ours: {n} independent preparations at once "
             "(create, CLI install, workspace set-up with the task's pre_commands), as every "
-            "rollout does without a supply",
+            "rollout does without a supply; for grading, n grading sandboxes set up whole",
         },
         "targets": target_table(TARGETS),
     }
