@@ -68,6 +68,8 @@ def runtime_config_from_args(
         max_response=getattr(args, "rollout_max_response_len", None),
         # A group's samples share one preparation with fork_groups (rollout/prepare.py).
         group_size=getattr(args, "n_samples_per_prompt", None),
+        # slime claims a group's samples at once and tells nothing ahead: a pool only if asked.
+        pool_size=conf.pool_size or 0,
     )
     agent = agent or conf.agent
     native = dict(native or {})

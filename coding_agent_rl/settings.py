@@ -179,9 +179,11 @@ class Settings(BaseSettings):
     retried with backoff; 0: no timeout."""
     create_timeout_attempts: int = Field(3, ge=1, validation_alias=_env("CREATE_TIMEOUT_ATTEMPTS"))
     """Attempts in all at creating one sandbox when they time out (``create_timeout_s``)."""
-    pool_size: int = Field(0, ge=0, validation_alias=_env("POOL_SIZE"))
+    pool_size: int | None = Field(None, ge=0, validation_alias=_env("POOL_SIZE"))
     """Prepared agent sandboxes kept ready per runtime (docs/sandbox-pool.md): fresh, never
-    used, no session key until claimed. 0: none (each rollout prepares its own)."""
+    used, no session key until claimed. Unset: ``run`` keeps one per rollout slot (its
+    concurrency in process, each node's slots on Ray), slime's entry none (a group's samples are
+    claimed at once; ``fork_groups`` is what helps there). 0: none."""
     pool_idle_s: float = Field(600.0, ge=0, validation_alias=_env("POOL_IDLE_S"))
     """A pooled sandbox unclaimed this long (seconds) is destroyed and its expected claim
     dropped (that claim, if it comes, prepares on demand); 0: no limit."""

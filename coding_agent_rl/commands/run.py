@@ -207,8 +207,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--pool-size",
         type=int,
         metavar="N",
-        help="agent sandboxes prepared ahead for the rollouts coming next (default: "
-        "$CODING_AGENT_RL_POOL_SIZE, 0; docs/sandbox-pool.md says how to size it)",
+        help="agent sandboxes prepared ahead for the rollouts coming next; 0: none (default: "
+        "$CODING_AGENT_RL_POOL_SIZE, else one per rollout slot: --concurrency, or each Ray "
+        "node's slots; docs/sandbox-pool.md)",
     )
     p.add_argument(
         "--fork",
@@ -244,7 +245,7 @@ def build_config(args: argparse.Namespace):
 
     if (args.concurrency is not None and args.concurrency < 1) or args.n_samples < 1:
         raise UserError("--concurrency and --n-samples must be >= 1")
-    if args.pool_size < 0:
+    if args.pool_size is not None and args.pool_size < 0:
         raise UserError("--pool-size must be >= 0")
     if args.max_turns is not None and args.max_turns < 1:
         raise UserError("--max-turns must be >= 1")
@@ -281,7 +282,7 @@ def build_config(args: argparse.Namespace):
             twin_grade=args.twin_grade,
             tamper_reward=args.tamper_reward,
             agent_network=args.agent_network,
-            pool_size=args.pool_size,
+            pool_size=pool_size(args),
             fork_groups=args.fork,
             group_size=args.n_samples,
         ),
@@ -429,6 +430,15 @@ def tree_spec(args: argparse.Namespace, executor: str):
     if executor != "in-process" or args.resume:
         raise UserError("--branches runs in-process and without --resume")
     return TreeSpec(branches=branches, branch_at=at)
+
+
+def pool_size(args: argparse.Namespace) -> int | None:
+    """``--pool-size``, else one prepared sandbox per rollout slot: the concurrency in process;
+    None on Ray (each node's worker keeps its own slots' worth)."""
+    if args.pool_size is not None:
+        return int(args.pool_size)
+    name, concurrency = executor_choice(args)
+    return concurrency if name == "in-process" else None
 
 
 def executor_choice(args: argparse.Namespace) -> tuple[str, int | None]:

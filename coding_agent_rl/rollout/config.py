@@ -49,7 +49,7 @@ class RolloutConfig:
     tamper_reward: float = default("tamper_reward")
     # Agent sandboxes prepared ahead (rollout/prepare.py, docs/sandbox-pool.md); group_size:
     # rollouts per task (a GRPO group), when known.
-    pool_size: int = default("pool_size")
+    pool_size: int | None = default("pool_size")  # None: none here (``run`` sizes it)
     pool_idle_s: float = default("pool_idle_s")
     fork_groups: bool = default("fork_groups")
     group_size: int | None = None

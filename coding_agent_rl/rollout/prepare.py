@@ -389,7 +389,7 @@ def supply_for(agent: AgentPhase) -> SandboxSupply:
     cfg = agent.config
     return SandboxSupply(
         AgentPreparer(agent),
-        pool_size=cfg.pool_size,
+        pool_size=cfg.pool_size or 0,
         pool_idle_s=cfg.pool_idle_s,
         fork=cfg.fork_groups,
         group_size=cfg.group_size,

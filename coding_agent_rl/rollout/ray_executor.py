@@ -156,6 +156,7 @@ class RayExecutor:
                 driver,
                 artifact_budget=self.artifact_budget,
                 artifact_dir=self.artifact_dir,
+                slots=slots,
             )
             self.workers.append(NodeWorker(node_id, slots, actor, free=slots))
         # A node whose slots another run holds never places our worker: give up on it.

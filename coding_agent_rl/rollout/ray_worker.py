@@ -88,6 +88,7 @@ class RolloutWorker:
         *,
         artifact_budget: int,
         artifact_dir: str | None = None,
+        slots: int = 1,
     ):
         self.artifact_budget = artifact_budget
         self.shared_dir = pathlib.Path(artifact_dir) if artifact_dir else None
@@ -100,11 +101,16 @@ class RolloutWorker:
                 reap_worker_dirs()
                 self._tmp = pathlib.Path(tempfile.mkdtemp(prefix=f"{WORKER_DIR}{os.getpid()}-"))
             out_dir = self.shared_dir or self._tmp
+        pool = config.rollout.pool_size
         self.config = dataclasses.replace(
             config,
             in_thread=False,  # the actor's own event loop serves the adapter
             settings=self.settings,
-            rollout=dataclasses.replace(config.rollout, out_dir=out_dir),
+            rollout=dataclasses.replace(
+                config.rollout,
+                out_dir=out_dir,
+                pool_size=slots if pool is None else pool,  # unset: one per slot of this node
+            ),
         )
         self.runtime = Runtime(self.config)
         self.node = socket.gethostname()

@@ -35,7 +35,7 @@ from coding_agent_rl.commands.bench import (
 TARGETS: dict[str, Target] = {"speedup": (">=", 3.0)}
 DEFAULT_SETUP = (
     "d=$(python3 -c \"import sysconfig; print(sysconfig.get_paths()['stdlib'])\") && "
-    "cp -r $d /opt/setup-build && python3 -m compileall -q -f /opt/setup-build >/dev/null"
+    "cp -r $d /opt/setup-build && python3 -m compileall -q -f -o 0 -o 1 -o 2 /opt/setup-build >/dev/null"
 )
 
 
