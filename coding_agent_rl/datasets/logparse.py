@@ -119,22 +119,27 @@ def canonical_id(parser: str, test_id: str) -> str:
 
 
 def parse_swebench(log: str, repo: str) -> dict[str, str]:
-    """SWE-bench's own per-repository log parser (needs the ``swebench`` package)."""
+    """SWE-bench's own per-repository log parser (needs the ``swebench`` package), over the
+    whole log and over each line alone, the worst status of a test kept: its parsers keep a
+    test's last status, so a line the tests print after a failure cannot overwrite it."""
     try:
         from swebench.harness.log_parsers import MAP_REPO_TO_PARSER
     except ImportError as e:
         raise ParserUnavailable(f"log_parser 'swebench' needs the swebench package ({e})") from e
     parser = MAP_REPO_TO_PARSER[repo]
+    spec = types.SimpleNamespace(repo=repo, version=None)
+    two = len(inspect.signature(parser).parameters) >= 2  # newer: parser(log, test_spec)
     statuses: dict[str, str] = {}
-    try:  # a third-party parser over a log the tests wrote: any failure is "nothing parsed"
-        if len(inspect.signature(parser).parameters) >= 2:  # newer: parser(log, test_spec)
-            raw = parser(log, types.SimpleNamespace(repo=repo, version=None))
-        else:
-            raw = parser(log)
-        for test_id, status in raw.items():
-            merge(statuses, str(test_id), str(getattr(status, "value", status)).upper())
-    except Exception:
-        return {}
+    for i, part in enumerate((log, *log.split("\n"))):
+        try:  # a third-party parser over text the tests wrote
+            raw = parser(part, spec) if two else parser(part)
+            found = [(str(t), str(getattr(s, "value", s)).upper()) for t, s in raw.items()]
+        except Exception:
+            if i == 0:
+                return {}  # the whole log cannot be read: nothing parsed
+            continue  # a line alone that a multi-line format cannot read
+        for test_id, status in found:
+            merge(statuses, test_id, status)
     return statuses
 
 

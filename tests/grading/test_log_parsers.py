@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import textwrap
@@ -144,3 +145,41 @@ def test_swebench_parser_without_the_package_is_an_infra_error():
 
 def test_parser_names_match_the_schema():
     assert set(PARSERS) == set(LOG_PARSERS)
+
+
+def _standin_swebench(monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
+    """A stand-in for ``swebench.harness.log_parsers`` (the package is not installed here):
+    parsers shaped like SWE-bench's, a dict per log in which a test's last line wins."""
+    import types as pytypes
+
+    def last_wins(log: str, test_spec: object) -> dict[str, str]:
+        out = {}
+        for line in log.split("\n"):
+            word, _, rest = line.partition(" ")
+            if word in ("PASSED", "FAILED", "ERROR", "SKIPPED") and rest:
+                out[rest.split()[0]] = word
+        return out
+
+    def two_lines(log: str) -> dict[str, str]:  # "name" then "... ok" on the next line
+        lines = log.split("\n")
+        if len(lines) < 2:
+            raise IndexError("needs the next line")
+        return {a: "PASSED" for a, b in itertools.pairwise(lines) if b == "... ok"}
+
+    parsers = {"org/lastwins": last_wins, "org/twolines": two_lines}
+    mod = pytypes.ModuleType("swebench.harness.log_parsers")
+    mod.MAP_REPO_TO_PARSER = parsers  # type: ignore[attr-defined]
+    for name in ("swebench", "swebench.harness"):
+        monkeypatch.setitem(sys.modules, name, pytypes.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "swebench.harness.log_parsers", mod)
+    return parsers
+
+
+def test_swebench_parsers_keep_a_failure_that_a_later_forged_line_would_overwrite(monkeypatch):
+    parsers = _standin_swebench(monkeypatch)
+    log = "FAILED t::a - boom\nPASSED t::b\nsome output\nPASSED t::a\n"
+    # The attack: the parser alone lets the line printed after the failure win.
+    assert parsers["org/lastwins"](log, None)["t::a"] == "PASSED"  # type: ignore[operator]
+    assert parse_log("swebench", log, repo="org/lastwins") == {"t::a": "FAILED", "t::b": "PASSED"}
+    # A multi-line format still parses (its single lines are skipped, not fatal).
+    assert parse_log("swebench", "t::c\n... ok\n", repo="org/twolines") == {"t::c": "PASSED"}
