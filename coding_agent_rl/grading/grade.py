@@ -50,7 +50,7 @@ from coding_agent_rl.grading.workspace import (
     run_checked,
 )
 from coding_agent_rl.patches.files import filter_patch, path_matches
-from coding_agent_rl.sandbox import SandboxError, create_sandbox
+from coding_agent_rl.sandbox import SandboxError, SandboxGone, create_sandbox
 from coding_agent_rl.settings import default
 
 log = logging.getLogger(__name__)
@@ -271,7 +271,12 @@ async def _grade_in(
         )
     if not reset:  # the sneaked paths as a list file: the agent can make it long
         try:
-            undo = await restore_list(sb, row.workdir, prepared.base, sneaked)
+            try:
+                undo = await restore_list(sb, row.workdir, prepared.base, sneaked)
+            except SandboxGone:
+                raise
+            except SandboxError as e:  # e.g. a disk the diff filled: the control run settles it
+                raise WorkspaceError(f"writing the list of paths to restore failed: {e}") from e
             await run_checked(
                 sb,
                 undo + prepared.reset_script(row, []),
