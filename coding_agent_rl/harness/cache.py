@@ -59,9 +59,9 @@ class NpmPackage:
 
     @property
     def tarball_name(self) -> str:
-        """The file name ``npm pack`` gives it: scope without '@', '/' -> '-' (``-tree`` added
-        for a locked dependency tree)."""
-        tree = "-tree" if self.lock else ""
+        """The file name ``npm pack`` gives it: scope without '@', '/' -> '-' (``-tree-`` and
+        the lock's digest added for a locked dependency tree: a changed lock is a new tree)."""
+        tree = f"-tree-{lock_digest(self.lock)}" if self.lock else ""
         return f"{self.name.lstrip('@').replace('/', '-')}-{self.version}{tree}.tgz"
 
     @property
@@ -72,6 +72,19 @@ class NpmPackage:
     def program(self) -> str:
         """What runs, relative to the install folder."""
         return self.command or self.main
+
+
+def lock_path(lock: str) -> pathlib.Path:
+    return pathlib.Path(__file__).parent / "locks" / lock
+
+
+def lock_digest(lock: str) -> str:
+    """The first 12 hex digits of the lock file's SHA-256 (``missing``: no such file; reading
+    it for the install then names the problem)."""
+    try:
+        return hashlib.sha256(lock_path(lock).read_bytes()).hexdigest()[:12]
+    except OSError:
+        return "missing"
 
 
 def agents_dir() -> pathlib.Path:
@@ -156,7 +169,7 @@ def _npm(argv: list[str], what: str, cwd: pathlib.Path | None = None) -> str:
 def read_lock(pkg: NpmPackage) -> dict:
     """``pkg``'s lock file, checked to pin exactly ``pkg`` (its version and integrity)."""
     assert pkg.lock
-    path = pathlib.Path(__file__).parent / "locks" / pkg.lock
+    path = lock_path(pkg.lock)
     try:
         lock = json.loads(path.read_text())
         root = lock["packages"][""]

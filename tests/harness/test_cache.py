@@ -45,6 +45,24 @@ def test_tarball_name_matches_npm_pack():
     ).tarball_name == ("openai-codex-0.171.0-linux-x64.tgz")
 
 
+def test_a_changed_lock_is_a_new_tree_not_the_cached_one(cache_root, tmp_path, monkeypatch):
+    """Same version, another lock: the cached tree of the old lock must not be reused."""
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    monkeypatch.setattr(cache, "lock_path", lambda name: locks / name)
+    tree = dataclasses.replace(PKG, lock="tool.json")
+    (locks / "tool.json").write_text('{"lockfileVersion": 3, "packages": {"a": 1}}')
+    first = tree.tarball_name
+    assert first.startswith("example-tool-linux-x64-1.2.3-tree-") and first.endswith(".tgz")
+    assert tree.tarball_name == first  # the same lock: the same cache entry
+    cache.cached_tarball(tree).parent.mkdir(parents=True)
+    make_tarball(cache.cached_tarball(tree), {"package/bin/tool": b"old"})
+    (locks / "tool.json").write_text('{"lockfileVersion": 3, "packages": {"a": 2}}')
+    assert tree.tarball_name != first
+    assert not cache.cached_tarball(tree).exists()  # so fetch() runs npm ci for the new lock
+    assert cache.unpack_dir(tree, cache.cached_tarball(tree)).name != first.removesuffix(".tgz")
+
+
 def test_cached_tarball_is_verified_and_unpacked_once(cache_root):
     (cache_root / "agents").mkdir(parents=True)
     members = {
@@ -197,7 +215,7 @@ def test_a_locked_tree_must_pin_exactly_the_harness_package():
     pkg = PiCodingAgent.package
     lock = cache.read_lock(pkg)
     assert lock["packages"][f"node_modules/{pkg.name}"]["integrity"] == pkg.integrity
-    assert pkg.tarball_name.endswith(f"-{pkg.version}-tree.tgz")
+    assert pkg.tarball_name.endswith(f"-{pkg.version}-tree-{cache.lock_digest(pkg.lock)}.tgz")
     with pytest.raises(cache.FetchError, match="does not pin"):
         cache.read_lock(dataclasses.replace(pkg, version="0.0.1"))
     with pytest.raises(cache.FetchError, match="another"):
