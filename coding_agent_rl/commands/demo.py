@@ -20,6 +20,7 @@ import subprocess
 import time
 from typing import Any
 
+from coding_agent_rl import settings
 from coding_agent_rl.datasets import examples_dataset
 from coding_agent_rl.errors import UserError
 from coding_agent_rl.policy import attacks
@@ -116,6 +117,7 @@ def run_policy(
     from coding_agent_rl.rollout.runtime import RuntimeConfig
 
     out = args.out / name
+    pool = settings.current().pool_size  # unset: as `run`, one prepared sandbox per slot
     config = RuntimeConfig(
         agent=args.agent,
         policy=policy,
@@ -126,6 +128,7 @@ def run_policy(
             eval_timeout_s=120,
             max_context=32768,
             out_dir=out,
+            pool_size=args.concurrency if pool is None else pool,
         ),
     )
     where = "Docker" if backend == "docker" else "local bubblewrap sandboxes"
