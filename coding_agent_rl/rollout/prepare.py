@@ -1,7 +1,7 @@
 """Sandboxes ready before they are asked for: a warm pool and one preparation copied per GRPO
 group (docs/sandbox-pool.md), for agent sandboxes (:class:`AgentPreparer`) and grading sandboxes
-(grading/fork.py). A claimed agent sandbox never served another rollout and holds no session key
-until its rollout writes the CLI's configuration.
+(rollout/grading_supply.py). A claimed agent sandbox never served another rollout and holds no
+session key until its rollout writes the CLI's configuration.
 """
 
 from __future__ import annotations
