@@ -357,6 +357,7 @@ class SandboxSupply:
         closing.add_done_callback(self._expiring.discard)
         if not task.expected and not task.ready and task.snapshot is None:
             self._tasks.pop(task.row.instance_id, None)
+            self._finished.add(task.row.instance_id)  # a late claim prepares on demand only
         self._refill()  # the room goes to the rows expected next
 
     async def close(self) -> None:
