@@ -8,6 +8,7 @@ once. Details: docs/modules/rollout.md.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import logging
 import time
@@ -33,6 +34,7 @@ NODE_LOST = "node_lost"
 RETRIES_ON_NODE_LOSS = 1
 STOP_TIMEOUT_S = 120.0
 START_TIMEOUT_S = 600.0  # placement, the tokenizer, the adapter and policy client
+TELL_AHEAD = 2  # planned rows a node's pool hears ahead, per slot
 
 
 @dataclasses.dataclass
@@ -122,6 +124,9 @@ class RayExecutor:
         self.in_flight = 0
         self.max_in_flight = 0
         self._planned: dict[str, str] = {}  # instance id -> the node its pool prepares on
+        # Planned rows not yet told to their node: a node hears a few ahead of its slots, then
+        # one more as each of its rollouts ends (rows cross to the node only when near).
+        self._untold: dict[str, collections.deque[TaskRow]] = {}
         self._told: set[asyncio.Future[None]] = set()  # expect calls still in flight
 
     # ---- lifecycle ------------------------------------------------------------------------
@@ -214,14 +219,21 @@ class RayExecutor:
         the rows planned on it (:func:`plan_rows`); nothing is kept where the pool is off."""
         live = [w for w in self.workers if w.alive]
         for node, planned in plan_rows(rows, live).items():
-            if not planned:
-                continue
-            worker = next(w for w in live if w.node_id == node)
             for row in planned:
                 self._planned[row.instance_id] = node
-            told = asyncio.ensure_future(_observe(worker.actor.expect.remote(planned), worker))
-            self._told.add(told)
-            told.add_done_callback(self._told.discard)
+            self._untold.setdefault(node, collections.deque()).extend(planned)
+        for worker in live:
+            self._tell(worker, TELL_AHEAD * worker.slots)
+
+    def _tell(self, worker: NodeWorker, n: int) -> None:
+        """Tell ``worker``'s pool its next ``n`` planned rows."""
+        queue = self._untold.get(worker.node_id)
+        rows = [queue.popleft() for _ in range(min(n, len(queue)))] if queue else []
+        if not rows or not worker.alive:
+            return
+        told = asyncio.ensure_future(_observe(worker.actor.expect.remote(rows), worker))
+        self._told.add(told)
+        told.add_done_callback(self._told.discard)
 
     async def run(
         self,
@@ -261,6 +273,7 @@ class RayExecutor:
                 continue
             finally:
                 await self._release(worker)
+                self._tell(worker, 1)  # its slot is free: the next planned row, ahead
             worker.finished += 1
             return self._receive(shipped, lost)
         return self._lost_outcome(row, sample, lost)

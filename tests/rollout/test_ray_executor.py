@@ -100,6 +100,42 @@ def test_the_pools_plan_keeps_each_group_on_one_node_and_loads_nodes_by_slots():
     assert plan_rows(rows, []) == {}
 
 
+async def test_a_nodes_pool_hears_its_rows_a_few_ahead_then_one_per_finished_rollout():
+    """Rows cross to a node only when near: ``TELL_AHEAD`` per slot at first, then one as each
+    of its rollouts ends (a large dataset is not shipped to every node up front)."""
+    import asyncio
+    import types
+
+    from coding_agent_rl.datasets.schema import TaskRow
+    from coding_agent_rl.rollout import ray_executor
+
+    heard: dict[str, list[str]] = {"n1": [], "n2": []}
+
+    def actor(node: str) -> types.SimpleNamespace:
+        def remote(rows: list[TaskRow]) -> asyncio.Future[None]:
+            heard[node] += [r.instance_id for r in rows]
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+
+        return types.SimpleNamespace(expect=types.SimpleNamespace(remote=remote))
+
+    ex = RayExecutor(RuntimeConfig(policy="replay"))
+    ex.workers = [NodeWorker("n1", 1, actor("n1")), NodeWorker("n2", 1, actor("n2"))]
+    rows = [
+        TaskRow(instance_id=f"t{i}", image="img", workdir="/w", problem_statement="fix")
+        for i in range(10)
+    ]
+    ex.expect(rows)
+    await asyncio.sleep(0)
+    ahead = ray_executor.TELL_AHEAD
+    assert [len(v) for v in heard.values()] == [ahead, ahead]
+    assert heard["n1"] == ["t0", "t2", "t4", "t6", "t8"][:ahead]  # tasks alternate by load
+    ex._tell(ex.workers[0], 1)  # one of n1's rollouts ended
+    assert heard["n1"] == ["t0", "t2", "t4", "t6", "t8"][: ahead + 1]
+    assert ex._planned["t3"] == "n2"
+
+
 def test_executors_are_registered_by_name():
     assert EXECUTORS.names() == ["in-process", "ray"]
     config = RuntimeConfig(policy="replay")
