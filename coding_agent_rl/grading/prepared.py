@@ -57,6 +57,17 @@ def grading_network(backend: str) -> str:
     return "none"
 
 
+def grading_sandbox(
+    backend: str, options: dict[str, Any] | None, row: TaskRow, *, template: bool = False
+) -> Sandbox:
+    """A not-yet-started grading sandbox for ``row`` (``template``: one made to be
+    snapshotted, ``Sandbox.template_options``)."""
+    opts = sandbox_options_for(backend, options, row)
+    if template:
+        opts = BACKENDS.load(backend).template_options(opts)
+    return create_sandbox(backend, image=row.image, **opts)
+
+
 def sandbox_options_for(
     backend: str, options: dict[str, Any] | None, row: TaskRow | None = None
 ) -> dict[str, Any]:
@@ -319,9 +330,7 @@ class GradingSandbox:
         self.source = source
         self.sandbox: Sandbox | None = None
         if source is None:
-            self.sandbox = create_sandbox(
-                backend, image=row.image, **sandbox_options_for(backend, sandbox_options, row)
-            )
+            self.sandbox = grading_sandbox(backend, sandbox_options, row)
         self.used = False
         self.ready_at: float | None = None  # time.monotonic() when the preparation finished
         self.prepare_s: float | None = None  # how long it took (creation included)

@@ -9,11 +9,16 @@ from typing import Any
 
 from coding_agent_rl.datasets.schema import TaskRow
 from coding_agent_rl.grading.defences import Defences
-from coding_agent_rl.grading.prepared import GradingSetup, SetupSource, grading_setup
+from coding_agent_rl.grading.prepared import (
+    GradingSetup,
+    SetupSource,
+    grading_sandbox,
+    grading_setup,
+)
 from coding_agent_rl.grading.prepared import sandbox_options_for as grading_options
 from coding_agent_rl.rollout.config import RolloutConfig
 from coding_agent_rl.rollout.prepare import SandboxSupply
-from coding_agent_rl.sandbox import BACKENDS, Sandbox, create_sandbox
+from coding_agent_rl.sandbox import BACKENDS, Sandbox
 
 
 class GradingPreparer:
@@ -28,10 +33,7 @@ class GradingPreparer:
         return grading_options(self.backend, self.config.sandbox_options, row)
 
     async def create(self, row: TaskRow, *, template: bool = False) -> Sandbox:
-        opts = self.copy_options(row)
-        if template:
-            opts = BACKENDS.load(self.backend).template_options(opts)
-        sb = create_sandbox(self.backend, image=row.image, **opts)
+        sb = grading_sandbox(self.backend, self.config.sandbox_options, row, template=template)
         await sb.__aenter__()
         return sb
 

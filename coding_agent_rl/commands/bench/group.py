@@ -69,13 +69,11 @@ async def _group(agent: Any, row: Any, n: int, fork: bool) -> float:
 
 async def _grading_group(config: Any, row: Any, n: int, fork: bool) -> float:
     """Seconds until ``n`` grading sandboxes of ``row`` are set up (all closed after)."""
-    import dataclasses as dc
-
     from coding_agent_rl.grading.defences import Defences
     from coding_agent_rl.grading.prepared import GradingSandbox
     from coding_agent_rl.rollout.grading_supply import grading_supply, source_for
 
-    supply = grading_supply(dc.replace(config, fork_groups=fork, group_size=n), Defences())
+    supply = grading_supply(dataclasses.replace(config, fork_groups=fork, group_size=n), Defences())
     boxes = [
         GradingSandbox(
             row,
