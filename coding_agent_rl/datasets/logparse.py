@@ -123,10 +123,18 @@ def parse_swebench(log: str, repo: str) -> dict[str, str]:
     whole log and over each line alone, the worst status of a test kept: its parsers keep a
     test's last status, so a line the tests print after a failure cannot overwrite it."""
     try:
-        from swebench.harness.log_parsers import MAP_REPO_TO_PARSER
+        from swebench.harness import log_parsers
     except ImportError as e:
         raise ParserUnavailable(f"log_parser 'swebench' needs the swebench package ({e})") from e
-    parser = MAP_REPO_TO_PARSER[repo]
+    by_repo = getattr(log_parsers, "MAP_REPO_TO_PARSER", None)
+    if by_repo is None:  # swebench 5 names the parser per instance, not per repository
+        raise ParserUnavailable(
+            "log_parser 'swebench' needs swebench < 5 (its MAP_REPO_TO_PARSER); the installed "
+            "one has none: pin swebench<5, or grade these rows with log_parser 'pytest'"
+        )
+    if repo not in by_repo:
+        raise ParserUnavailable(f"log_parser 'swebench': swebench has no parser for {repo!r}")
+    parser = by_repo[repo]
     spec = types.SimpleNamespace(repo=repo, version=None)
     two = len(inspect.signature(parser).parameters) >= 2  # newer: parser(log, test_spec)
     statuses: dict[str, str] = {}

@@ -183,3 +183,19 @@ def test_swebench_parsers_keep_a_failure_that_a_later_forged_line_would_overwrit
     assert parse_log("swebench", log, repo="org/lastwins") == {"t::a": "FAILED", "t::b": "PASSED"}
     # A multi-line format still parses (its single lines are skipped, not fatal).
     assert parse_log("swebench", "t::c\n... ok\n", repo="org/twolines") == {"t::c": "PASSED"}
+
+
+def test_a_swebench_without_the_repository_map_is_named_not_a_key_error(monkeypatch):
+    """swebench 5 (read from its 5.0.2 wheel) dropped ``MAP_REPO_TO_PARSER`` for a registry of
+    parser names: say so in one line instead of failing on the import."""
+    import types as pytypes
+
+    _standin_swebench(monkeypatch)
+    newer = pytypes.ModuleType("swebench.harness.log_parsers")
+    newer.PARSER_REGISTRY = {}  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "swebench.harness.log_parsers", newer)
+    with pytest.raises(ParserUnavailable, match="swebench < 5"):
+        parse_log("swebench", "PASSED t::a\n", repo="org/lastwins")
+    _standin_swebench(monkeypatch)
+    with pytest.raises(ParserUnavailable, match="no parser for 'org/other'"):
+        parse_log("swebench", "PASSED t::a\n", repo="org/other")
