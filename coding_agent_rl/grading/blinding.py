@@ -63,6 +63,11 @@ class TestSource:
         self.starts = [0]
         for line in self.lines[:-1]:
             self.starts.append(self.starts[-1] + len(line) + 1)
+        odd = sorted(
+            n for n in wanted if not n.startswith("test") and n != "runTest" and "." not in n
+        )
+        if odd:  # collected by a custom python_functions pattern: a test_ name may not match it
+            raise NotBlindable(f"test {odd[0]!r} is not named test*")
         self.wanted = wanted
         self.units = self._units()
         self.funcs = {node_name(u.node) for u in self.units if not u.methods}
@@ -212,13 +217,11 @@ def assemble(
     extra_methods: dict[str, list[str]],
     rng: random.Random,
 ) -> str:
-    """The blinded file: other statements first, then the test definitions (and the ``extra``
-    ones: canaries, rendered already) in random order; classes keep their relative order."""
-    cuts = [(u.start, u.end) for u in src.units]
-    header = src.render(0, len(src.text), edits, cuts).rstrip("\n") + "\n"
-    funcs = [src.render(u.start, u.end, edits) for u in src.units if not u.methods] + extra_funcs
-    rng.shuffle(funcs)
-    classes = []
+    """The blinded file: every statement where it was, test classes included (their methods, and
+    the ``extra`` ones: canaries, rendered already, in random order inside them); module-level
+    test functions (and the extra ones) in random order after the last statement. A class stays
+    in place because the statements around it may use it (a subclass, a ``del``, a decorator)."""
+    fills = []
     for u in src.units:
         if not u.methods:
             continue
@@ -227,15 +230,10 @@ def assemble(
         methods += extra_methods.get(name, [])
         rng.shuffle(methods)
         shell = src.render(u.start, u.end, edits, [(m.start, m.end) for m in u.methods])
-        classes.append(
-            shell.rstrip("\n") + "\n\n" + "\n".join(m.rstrip("\n") + "\n" for m in methods)
-        )
-    slots = sorted(rng.sample(range(len(funcs) + len(classes)), len(classes)))
-    ordered: list[str] = []
-    fi = iter(funcs)
-    ci = iter(classes)
-    for i in range(len(funcs) + len(classes)):
-        ordered.append(next(ci) if slots and i == slots[0] else next(fi))
-        if slots and i == slots[0]:
-            slots.pop(0)
-    return header + "".join("\n\n" + t.rstrip("\n") + "\n" for t in ordered)
+        body = "\n".join(m.rstrip("\n") + "\n" for m in methods)
+        fills.append((u.start, u.end, shell.rstrip("\n") + "\n\n" + body))
+    cuts = [(u.start, u.end) for u in src.units if not u.methods]
+    header = src.render(0, len(src.text), edits + fills, cuts).rstrip("\n") + "\n"
+    funcs = [src.render(u.start, u.end, edits) for u in src.units if not u.methods] + extra_funcs
+    rng.shuffle(funcs)
+    return header + "".join("\n\n" + t.rstrip("\n") + "\n" for t in funcs)

@@ -55,11 +55,11 @@ class Blinding:
         names = self.names.get(path.removeprefix("./"))
         if not sep or not names:
             return test_id
-        *scope, last = rest.split("::")
-        name, bracket, params = last.partition("[")
+        scoped, bracket, params = rest.partition("[")
+        *scope, name = scoped.split("::")
         if name not in names:
             return test_id
-        return "::".join([path, *scope, names[name] + bracket + params])
+        return "::".join([path, *scope, names[name]]) + bracket + params
 
     def record(self) -> dict[str, Any]:
         return {
@@ -77,8 +77,9 @@ class CanaryPlan:
 
 
 def _split(test_id: str) -> tuple[str, list[str]]:
+    """(file, scope names) of a node id; its parameters (which may hold ``::``) left out."""
     path, _, rest = test_id.partition("::")
-    return path, [p.split("[", 1)[0] for p in rest.split("::")] if rest else []
+    return path, rest.split("[", 1)[0].split("::") if rest else []
 
 
 def _copyable(func: ast.AST) -> bool:
