@@ -45,7 +45,8 @@ def built(tmp_path_factory) -> dict:
     argv = ["convert", "--from", "swebench", "--image-template", TEMPLATE]
     assert main([*argv, str(REALREPOS / "swebench.jsonl"), str(rows)]) == 0
     source = f"{root}/mirror/{{owner}}+{{name}}/repo"
-    rc = main(["images", "build", "--dataset", str(rows), "--repo-source", source])
+    build = ["images", "build", "--dataset", str(rows), "--repo-source", source, "--rebuild"]
+    rc = main([*build, "--concurrency", "2"])  # rebuilt: each build writes its record
     return {"root": root, "rows": rows, "rc": rc, "source": source}
 
 
