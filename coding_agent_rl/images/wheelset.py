@@ -49,12 +49,20 @@ def _run(cmd: list[str], env: dict[str, str], cwd: pathlib.Path, log_path: pathl
     return r
 
 
-def _fail(r: Any, what: str, cmd: list[str], env: dict[str, str], log_path: pathlib.Path) -> None:
+def _fail(
+    r: Any,
+    what: str,
+    cmd: list[str],
+    env: dict[str, str],
+    cwd: pathlib.Path,
+    log_path: pathlib.Path,
+) -> None:
     raise_if_cancelled(what)  # Ctrl-C reached pip too
     cause = root_cause(r.stderr.splitlines()) or f"exit {r.returncode}"
+    command = shlex.join(["env", *(f"{k}={v}" for k, v in env.items()), *cmd])
     raise ImageBuildError(
         f"{what} on the host failed: {cause}; log: {log_path}; "
-        f"reproduce: {shlex.join(['env', *(f'{k}={v}' for k, v in env.items()), *cmd])}"
+        f"reproduce: cd {shlex.quote(str(cwd))} && {command}"
     )
 
 
@@ -113,7 +121,7 @@ def download(
         found = _MISSING.search(r.stderr)
         name = name_of(found.group(1)) if found else ""
         if not found or name in tried or len(tried) >= MAX_FIXES:
-            _fail(r, "pip download", cmd, env, log_path)
+            _fail(r, "pip download", cmd, env, repo_dir, log_path)
         assert found
         tried.add(name)
         spec = found.group(1)
@@ -134,5 +142,5 @@ def download(
         cmd += list(recipe.build_requires)
         r = _run(cmd, env, repo_dir, log_path)
         if r.returncode != 0:
-            _fail(r, "pip download", cmd, env, log_path)
+            _fail(r, "pip download", cmd, env, repo_dir, log_path)
     return result

@@ -46,7 +46,9 @@ def _selects(markers: list[str], python: str) -> bool:
 
 def _local(entry: dict[str, Any]) -> bool:
     source = entry.get("source") or {}
-    return isinstance(source, dict) and any(k in source for k in _LOCAL)
+    if not isinstance(source, dict):
+        return False
+    return any(k in source for k in _LOCAL) or source.get("type") in ("directory", "file")
 
 
 def read_lock(path: pathlib.Path, python: str) -> Declared:
