@@ -15,6 +15,8 @@ runs, with no container engine at all (rows with a build context only).
 from __future__ import annotations
 
 import argparse
+import json
+import pathlib
 
 from coding_agent_rl.errors import UserError
 from coding_agent_rl.sandbox import BACKENDS
@@ -59,6 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--base", default=None, metavar="IMAGE", help="base image for --repo-source builds"
     )
     build.add_argument("--concurrency", type=int, default=2, help="images built at once")
+    build.add_argument(
+        "--explain",
+        action="store_true",
+        help="after each image built from its repository: every package installed, its version "
+        "and the declaration it came from, what was dropped and why",
+    )
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -92,9 +100,29 @@ def _build(args: argparse.Namespace) -> int:
     )
     for r in reports:
         print(r.line())
+        if args.explain and r.ok:
+            print(explain(r.image, log_dir_for(args.dataset)))
     bad = [r for r in reports if not r.ok]
     print(f"{len(reports) - len(bad)}/{len(reports)} images ready")
     return 1 if bad else 0
+
+
+def explain(image: str, log_dir: pathlib.Path) -> str:
+    """The environment record written beside ``image``'s build log, as indented lines."""
+    from coding_agent_rl.images.repo import record_path_for
+
+    path = record_path_for(image, log_dir)
+    if not path.is_file():
+        return f"  no environment record at {path} (not built here: --rebuild writes one)"
+    data = json.loads(path.read_text())
+    lines = [f"  declarations: {', '.join(data['sources']) or 'none'} ({data['recipe']} recipe)"]
+    lines += [f"  built from sdist: {s}" for s in data["built_from_sdist"]]
+    lines += [f"  dropped {d['name']} ({d['source']}): {d['why']}" for d in data["dropped"]]
+    lines += [f"  note: {n}" for n in data["notes"]]
+    lines += [
+        f"  {p['name']}=={p['version']}  <- {'; '.join(p['from'])}" for p in data["installed"]
+    ]
+    return "\n".join([*lines, f"  record: {path}"])
 
 
 def run(args: argparse.Namespace) -> int:

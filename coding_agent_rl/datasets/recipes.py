@@ -1,8 +1,9 @@
 """How a repository's Python environment is installed in its container image: a venv at
 ``/opt/venv`` with pytest and the repository in development mode.
 
-The recipe comes from the row's ``install_config``, else the ``swebench`` specs, else a generic
-one; builds are offline (wheels downloaded on the host). Details: docs/modules/datasets.md.
+The recipe comes from the row's ``install_config``, else the ``swebench`` specs, else what the
+repository declares (environment/); builds are offline (wheels downloaded on the host).
+Details: docs/modules/datasets.md.
 """
 
 from __future__ import annotations
@@ -11,27 +12,24 @@ import dataclasses
 import pathlib
 import re
 import shlex
-import sys
 from typing import Any
 
 from coding_agent_rl.datasets.build_requires import build_requirements
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10
-    import tomli as tomllib
+from coding_agent_rl.datasets.environment import (
+    DeclarationError,
+    Environment,
+    Requirement,
+    mismatch,
+    resolve,
+)
+from coding_agent_rl.datasets.environment import requirements_files as req_files
+from coding_agent_rl.datasets.environment.model import Declared
 
 VENV = "/opt/venv"
 ALWAYS = ("pip", "setuptools", "wheel", "pytest")
-REQUIREMENT_FILES = (
-    "requirements.txt",
-    "requirements-dev.txt",
-    "requirements-test.txt",
-    "requirements_test.txt",
-    "test-requirements.txt",
-    "dev-requirements.txt",
-)
-TEST_EXTRAS = ("test", "tests", "testing")
+REQUIREMENT_FILES = req_files.TOP
+REQUIREMENTS = "car-requirements.txt"  # what the image installs, beside the wheels
+CONSTRAINTS = "car-constraints.txt"  # the lock's pins
 _PEP440 = re.compile(r"^\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?$")
 # Read by setuptools-scm (hence hatch-vcs), pdm-backend, poetry-dynamic-versioning.
 _VERSION_VARS = (
@@ -47,7 +45,10 @@ class Recipe:
 
     source: str  # "install_config" | "swebench" | "generic"
     packages: tuple[str, ...] = ()  # pip requirement strings, besides ALWAYS
-    requirement_files: tuple[str, ...] = ()  # repository-relative
+    requirement_files: tuple[str, ...] = ()  # repository-relative (read into ``requirements``)
+    requirements: tuple[Requirement, ...] = ()  # every declared one, with its file
+    pins: tuple[tuple[str, str, str], ...] = ()  # (name, version, lock file)
+    sources: tuple[str, ...] = ()  # the declarations read, in precedence order
     install: str = ""  # shell command; empty: the repository is not installed
     extras: tuple[str, ...] = ()  # of the repository itself, for the wheel download
     notes: tuple[str, ...] = ()
@@ -61,6 +62,23 @@ class Recipe:
     def key(self) -> dict[str, Any]:
         """What the image's content hash covers."""
         return dataclasses.asdict(self)
+
+    def all_requirements(self) -> list[Requirement]:
+        """ALWAYS, the spec's packages, then the declared requirements."""
+        given = [Requirement(p, "coding-agent-rl") for p in ALWAYS]
+        given += [Requirement(p, self.source) for p in self.packages]
+        return given + list(self.requirements)
+
+    def requirements_text(self, dropped: set[str] = frozenset()) -> str:  # type: ignore[assignment]
+        """The ``-r`` file the host downloads for and the image installs (``dropped``: names)."""
+        lines = [
+            f"{r.spec}  # {r.source}" for r in self.all_requirements() if r.name not in dropped
+        ]
+        return "\n".join(lines) + "\n"
+
+    def constraints_text(self, dropped: set[str] = frozenset()) -> str:  # type: ignore[assignment]
+        lines = [f"{n}=={v}  # {src}" for n, v, src in self.pins if n not in dropped]
+        return "\n".join(lines) + "\n"
 
 
 def swebench_spec(repo: str | None, version: Any) -> dict[str, Any] | None:
@@ -119,37 +137,46 @@ def from_spec(source: str, spec: dict[str, Any], repo_dir: pathlib.Path) -> Reci
     if spec.get("python"):
         notes.append(f"spec asks for Python {spec['python']}; the image's Python is used")
     install = str(spec.get("install") or "")
+    declared = Declared()
+    seen: set[pathlib.Path] = set()
+    for f in files:
+        req_files.read_file(repo_dir / f, repo_dir, declared, seen, pins=False)
+    extras = tuple(dict.fromkeys((*_extras_of(install), *declared.extras)))
     return Recipe(
         source=source,
         packages=tuple(packages),
         requirement_files=tuple(files),
+        requirements=tuple(declared.requirements),
+        pins=tuple((n, v, src) for n, (v, src) in declared.pins.items()),
+        sources=tuple(declared.sources),
         install=install,
-        extras=_extras_of(install),
-        notes=tuple(notes),
+        extras=extras,
+        notes=tuple(notes + declared.notes),
     )
 
 
-def generic(repo_dir: pathlib.Path) -> Recipe:
-    """requirements files, then the repository in development mode with its test extra."""
-    files = tuple(f for f in REQUIREMENT_FILES if (repo_dir / f).is_file())
+def generic(repo_dir: pathlib.Path, python: str = "3.11") -> Recipe:
+    """What the repository declares (environment/), then the repository itself in development
+    mode with the extras its declarations name."""
+    env: Environment = resolve(repo_dir, python)
     installable = any((repo_dir / f).is_file() for f in ("pyproject.toml", "setup.py", "setup.cfg"))
+    base = dict(
+        requirements=tuple(env.requirements),
+        pins=tuple((n, v, src) for n, (v, src) in env.pins.items()),
+        sources=tuple(env.sources),
+        requirement_files=tuple(s for s in env.sources if s.endswith(".txt")),
+    )
     if not installable:
-        return Recipe("generic", requirement_files=files, notes=("no setup file: not installed",))
-    extras: tuple[str, ...] = ()
-    pyproject = repo_dir / "pyproject.toml"
-    if pyproject.is_file():
-        try:
-            declared = tomllib.loads(pyproject.read_text()).get("project", {})
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError):
-            declared = {}
-        optional = declared.get("optional-dependencies") or {}
-        extras = tuple(e for e in TEST_EXTRAS if e in optional)[:1]
+        notes = (*env.notes, "no setup file: not installed")
+        return Recipe("generic", notes=notes, **base)  # type: ignore[arg-type]
+    extras = tuple(env.extras)
     target = f".[{','.join(extras)}]" if extras else "."
     return Recipe(
         "generic",
-        requirement_files=files,
         install=f"python -m pip install -e {shlex.quote(target)}",
         extras=extras,
+        notes=tuple(env.notes),
+        **base,  # type: ignore[arg-type]
     )
 
 
@@ -159,20 +186,34 @@ def pretend_version(version: Any) -> str:
     return text if _PEP440.match(text) else "0.0.0"
 
 
-def recipe_for(metadata: dict[str, Any], repo_dir: pathlib.Path) -> Recipe:
-    """The recipe for a row (its metadata) whose repository is checked out at ``repo_dir``.
-    Raises ValueError for a ``pyproject.toml`` that is not TOML."""
+def recipe_for(metadata: dict[str, Any], repo_dir: pathlib.Path, python: str = "3.11") -> Recipe:
+    """The recipe for a row (its metadata) whose repository is checked out at ``repo_dir``, for
+    the image's Python ``python`` (X.Y). Raises ValueError (one line naming the file) for a
+    declaration that cannot be read, or a ``requires-python`` the image's Python does not meet."""
     declared = declared_spec(metadata)
-    recipe = from_spec(*declared, repo_dir) if declared else generic(repo_dir)
+    try:
+        recipe = from_spec(*declared, repo_dir) if declared else generic(repo_dir, python)
+    except DeclarationError as e:
+        raise ValueError(str(e)) from None
+    if not declared:
+        problem = mismatch(resolve_python(repo_dir, python), python)
+        if problem:
+            raise ValueError(problem)
     needs = build_requirements(repo_dir).requires if recipe.install else ()
     return dataclasses.replace(
         recipe, build_requires=needs, version=pretend_version(metadata.get("version"))
     )
 
 
+def resolve_python(repo_dir: pathlib.Path, python: str) -> list[tuple[str, str]]:
+    """Every ``requires-python`` the repository and its lock declare, with the file."""
+    return resolve(repo_dir, python).requires_python
+
+
 def install_script(recipe: Recipe, workdir: str, wheels: str) -> str:
-    """The bash script run in the image build: venv, pip from its wheel, packages, repository.
-    Run it with ``PIP_NO_INDEX=1 PIP_FIND_LINKS=<wheels>``."""
+    """The bash script run in the image build: venv, pip from its wheel, then one resolve of the
+    declared requirements (``car-requirements.txt``), the lock's pins (``car-constraints.txt``)
+    and the repository. Run it with ``PIP_NO_INDEX=1 PIP_FIND_LINKS=<wheels>``."""
     q = shlex.quote
     lines = [
         "set -euxo pipefail",
@@ -181,11 +222,14 @@ def install_script(recipe: Recipe, workdir: str, wheels: str) -> str:
         f'{VENV}/bin/python "$pip_wheel/pip" install -q pip',
         f"export PATH={VENV}/bin:$PATH VIRTUAL_ENV={VENV}",
         "export " + " ".join(f"{k}={q(v)}" for k, v in recipe.environment().items()),
-        "python -m pip install -q " + " ".join(q(p) for p in (*ALWAYS[1:], *recipe.packages)),
         f"cd {q(workdir)}",
     ]
-    lines += [f"python -m pip install -q -r {q(f)}" for f in recipe.requirement_files]
-    if recipe.install:
-        lines.append(recipe.install)
+    pip = f"python -m pip install -q -c {q(wheels)}/{CONSTRAINTS} -r {q(wheels)}/{REQUIREMENTS}"
+    if recipe.install.startswith("python -m pip install -e ") and recipe.source == "generic":
+        lines.append(f"{pip} {recipe.install.removeprefix('python -m pip install ')}")
+    else:
+        lines.append(pip)
+        if recipe.install:
+            lines.append(recipe.install)
     lines.append(f'python -c "import pytest" && cd {q(workdir)} && git status --short')
     return "\n".join(lines) + "\n"

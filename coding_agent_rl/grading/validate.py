@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import re
 import time
 from typing import Any
 
 from coding_agent_rl.datasets.schema import TaskRow
 from coding_agent_rl.grading.grade import grade
 from coding_agent_rl.grading.protect import protected_patterns
-from coding_agent_rl.grading.result import GradeResult
+from coding_agent_rl.grading.result import MISSING, GradeResult
 from coding_agent_rl.patches.files import filter_patch
 from coding_agent_rl.sandbox import BACKENDS
 from coding_agent_rl.settings import default
@@ -34,6 +35,8 @@ class RowReport:
     workspace: str = ""  # "ok", or why the agent-side preparation failed
     leaks: list[str] = dataclasses.field(default_factory=list)  # what the agent could see
     screen_fp: int = 0  # tamper-screen findings on the gold patch (false positives)
+    cause: str = ""  # for an invalid row: "environment" (the image) or "row" (its patch/tests)
+    first_error: str = ""  # the first error line of the failing run's test log
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -57,6 +60,45 @@ def _check_noop(row: TaskRow, r: GradeResult) -> str | None:
     if r.timed_out:
         return "tests time out without the gold patch (add a per-test timeout)"
     return None
+
+
+# A test run that never reached the tests, or broke for want of a package or a config option.
+_ENV_SIGNS = re.compile(
+    r"ModuleNotFoundError|ImportError|No module named|fixture '[^']+' not found|"
+    r"[Uu]nknown config option|unrecognized arguments|INTERNALERROR|ERROR collecting|"
+    r"while parsing the following warning configuration|conftest"
+)
+_ERROR_LINE = re.compile(r"^(E\s+\S.*|\S*(Error|Exception)\b.*|ERROR\b.*|INTERNALERROR.*)$")
+
+
+def first_error(log: str) -> str:
+    """The first error line of a pytest log ('' when there is none): an ``E   `` detail line
+    (the exception itself) before a summary line."""
+    lines = [line.strip() for line in log.splitlines()]
+    for line in [x for x in lines if re.match(r"^E\s+\S", x)] or lines:
+        if _ERROR_LINE.match(line):
+            return re.sub(r"^E\s+", "", line)[:300]
+    return ""
+
+
+def classify(row: TaskRow, noop: GradeResult, gold: GradeResult | None) -> tuple[str, str]:
+    """(``environment`` | ``row``, first error line) for a row that did not validate: the
+    environment when a run never reached its tests (pytest usage/internal error, a missing
+    module, config option or fixture) or the pass-to-pass tests do not pass even with the gold
+    patch; the row otherwise (its gold patch or fail-to-pass tests are wrong)."""
+    runs = [r for r in (gold, noop) if r is not None]
+    for r in runs:
+        error = first_error(r.test_log)
+        if (
+            r.exit_code in (3, 4)
+            or _ENV_SIGNS.search(r.test_log)
+            or (r.tests and all(v == MISSING for v in r.tests.values()))
+        ):
+            return "environment", error or r.reason
+    if gold is not None and any(gold.tests.get(t) != "PASSED" for t in row.pass_to_pass):
+        return "environment", first_error(gold.test_log) or gold.reason
+    r = gold or noop
+    return "row", first_error(r.test_log) or r.reason
 
 
 def _check_gold(r: GradeResult) -> str | None:
@@ -152,22 +194,33 @@ async def validate_row(
     where = functools.partial(
         grade, row, backend=backend, sandbox_options=sandbox_options, timeout=timeout
     )
+    first_bad: tuple[GradeResult, GradeResult | None] | None = None
     for _ in range(runs):
         jobs = [where("", allow_empty=True)]
         if gold and run_gold:
             jobs.append(where(gold))
         results = await asyncio.gather(*jobs)
         report.noop.append(_summary(results[0]))
-        problems.append(_check_noop(row, results[0]) or "")
+        found = [_check_noop(row, results[0]) or ""]
         if run_gold:
             report.gold.append(_summary(results[1]))
-            problems.append(_check_gold(results[1]) or "")
+            found.append(_check_gold(results[1]) or "")
+        if any(found) and first_bad is None:
+            first_bad = (results[0], results[1] if run_gold else None)
+        problems += found
     report.screen_fp = len({f for g in report.gold for f in g.get("screen_findings") or []})
     problems = list(dict.fromkeys(p for p in problems if p))
     if not problems and runs > 1 and _disagree(report):
         problems.append("flaky: repeated runs disagree on some test")
     report.valid = not problems
     report.reason = problems[0] if problems else "ok"
+    if first_bad is not None:
+        report.cause, report.first_error = classify(row, *first_bad)
+        report.reason += (
+            f" [{report.cause}: {report.first_error}]"
+            if report.first_error
+            else (f" [{report.cause}]")
+        )
     report.duration_s = round(time.monotonic() - t0, 2)
     return report
 

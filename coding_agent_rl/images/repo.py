@@ -8,6 +8,7 @@ content-hash label. Details: docs/modules/images.md.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -17,15 +18,14 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import time
 from typing import Any
 
 from coding_agent_rl import settings
 from coding_agent_rl.datasets.buildspec import BuildSpec
 from coding_agent_rl.datasets.recipes import (
-    ALWAYS,
     VENV,
+    Recipe,
     declared_spec,
     install_script,
     pretend_version,
@@ -35,10 +35,10 @@ from coding_agent_rl.datasets.schema import TaskRow
 from coding_agent_rl.images.common import ImageBuildError
 from coding_agent_rl.images.dataset import _image_id, _label, build_image
 from coding_agent_rl.images.docker_build import BuildCancelled, raise_if_cancelled
-from coding_agent_rl.images.failure import root_cause
 from coding_agent_rl.images.repo_source import checkout_at, mirror, source_url
+from coding_agent_rl.images.wheelset import WheelSet, download
 
-BUILDER_VERSION = "3"
+BUILDER_VERSION = "4"  # 4: the environment resolver (datasets/environment/)
 WHEELS = "/tmp/car-wheels"
 _PATH = f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -117,49 +117,6 @@ def pip_platform_args(base_image: str) -> list[str]:
     return args
 
 
-def _pip_download(
-    reqs: list[str],
-    dest: pathlib.Path,
-    base_image: str,
-    env: dict[str, str],
-    log_path: pathlib.Path,
-) -> None:
-    cmd = [sys.executable, "-m", "pip", "download", "-q", "-d", str(dest)]
-    cmd += pip_platform_args(base_image) + reqs
-    t0 = time.monotonic()
-    overlay = ["env", *(f"{k}={v}" for k, v in env.items())]  # on top of this process's env
-    r = subprocess.run(overlay + cmd, capture_output=True, text=True)
-    with log_path.open("a") as log:
-        log.write(f"$ {shlex.join(cmd)}\n{r.stdout}{r.stderr}")
-        log.write(f"(exit {r.returncode}, {time.monotonic() - t0:.1f}s)\n")
-    if r.returncode != 0:
-        raise_if_cancelled("pip download")  # Ctrl-C reached pip too
-        lines = r.stderr.splitlines()
-        cause = root_cause(lines) or f"exit {r.returncode}"
-        raise ImageBuildError(
-            f"pip download on the host failed: {cause}; log: {log_path}; "
-            f"reproduce: {shlex.join(['env', *(f'{k}={v}' for k, v in env.items()), *cmd])}"
-        )
-
-
-def download_wheels(
-    recipe: Any, repo_dir: pathlib.Path, dest: pathlib.Path, base_image: str, log_path: pathlib.Path
-) -> None:
-    """Every wheel the recipe installs, for the base image's Python, into ``dest``: the
-    runtime requirements, then (resolved apart: they go into pip's isolated build environment)
-    the build backend's."""
-    reqs = [*ALWAYS, *recipe.packages]
-    for f in recipe.requirement_files:
-        reqs += ["-r", str(repo_dir / f)]
-    if recipe.install:
-        extras = f"[{','.join(recipe.extras)}]" if recipe.extras else ""
-        reqs.append(f"{repo_dir}{extras}")
-    env = recipe.environment()
-    _pip_download(reqs, dest, base_image, env, log_path)
-    if recipe.build_requires:
-        _pip_download(list(recipe.build_requires), dest, base_image, env, log_path)
-
-
 def dockerfile(base_image: str, workdir: str, row: TaskRow, digest: str) -> str:
     q = shlex.quote
     return (
@@ -214,6 +171,7 @@ def build_repo_image(
     folder = log_dir or log_dir_for(None)
     folder.mkdir(parents=True, exist_ok=True)
     log_path, ctx = folder / f"{slug(image)}.log", folder / f"{slug(image)}.context"
+    record_path = folder / f"{slug(image)}.environment.json"
     shutil.rmtree(ctx, ignore_errors=True)
     ctx.mkdir()
     log_path.write_text(f"# {image}: {url} at {row.base_commit} ({time.strftime('%H:%M:%S')})\n")
@@ -221,14 +179,18 @@ def build_repo_image(
     try:
         raise_if_cancelled(f"build of {image}")
         base = checkout_at(mirror(url), row.base_commit, ctx / "repo", single_branch=single_branch)
+        python = target_python(base_image)[0]
         try:
-            recipe = recipe_for(row.metadata, ctx / "repo")
+            recipe = recipe_for(row.metadata, ctx / "repo", python)
         except ValueError as e:
             raise ImageBuildError(f"{row.repo}@{base[:12]}: {e}") from None
         wheels = ctx / "wheels"
         wheels.mkdir()
         keep = True
-        download_wheels(recipe, ctx / "repo", wheels, base_image, log_path)
+        record_path.unlink(missing_ok=True)
+        fetched = download(
+            recipe, ctx / "repo", wheels, pip_platform_args(base_image), python, log_path
+        )
         raise_if_cancelled(f"build of {image}")
         script = install_script(recipe, row.workdir, WHEELS)
         (wheels / "car-install.sh").write_text(script)
@@ -246,6 +208,7 @@ def build_repo_image(
             nocache=rebuild,
             append=True,
         )
+        write_record(record_path, image, recipe, fetched, installed(image))
         keep = False
     except BaseException as e:  # a failed step's context is kept to reproduce it
         keep = keep and isinstance(e, ImageBuildError) and not isinstance(e, BuildCancelled)
@@ -253,6 +216,88 @@ def build_repo_image(
     finally:
         if not keep:
             shutil.rmtree(ctx, ignore_errors=True)
-    notes = "; ".join(recipe.notes)
-    detail = f"{row.repo}@{base[:12]}, {recipe.source} recipe" + (f" ({notes})" if notes else "")
-    return True, detail
+    notes = "; ".join(
+        [
+            *recipe.notes,
+            *(f"dropped {d['name']} ({d['source']}): {d['why']}" for d in fetched.dropped),
+        ]
+    )
+    sources = f" from {', '.join(recipe.sources)}" if recipe.sources else ""
+    detail = f"{row.repo}@{base[:12]}, {recipe.source} recipe{sources}"
+    return True, detail + (f" ({notes})" if notes else "")
+
+
+def installed(image: str) -> list[dict[str, str]]:
+    """``pip list`` of the image's venv (name, version)."""
+    r = subprocess.run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            image,
+            "python",
+            "-m",
+            "pip",
+            "list",
+            "--format",
+            "json",
+            "--disable-pip-version-check",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    try:
+        return list(json.loads(r.stdout)) if r.returncode == 0 else []
+    except json.JSONDecodeError:
+        return []
+
+
+def record(recipe: Recipe, fetched: WheelSet, packages: list[dict[str, str]]) -> dict[str, Any]:
+    """What the image's environment is and where each part came from."""
+    from coding_agent_rl.datasets.environment import canonical
+
+    declared: dict[str, list[str]] = {}
+    for r in recipe.all_requirements():
+        declared.setdefault(r.name, []).append(f"{r.spec} ({r.source})")
+    pins = {n: f"{n}=={v} ({src})" for n, v, src in recipe.pins}
+    rows = []
+    for p in packages:
+        name = canonical(str(p.get("name", "")))
+        came = declared.get(name) or ([pins[name]] if name in pins else [])
+        if not came and p.get("editable_project_location"):
+            came = [f"the repository{'[' + ','.join(recipe.extras) + ']' if recipe.extras else ''}"]
+        rows.append(
+            {
+                "name": p.get("name"),
+                "version": p.get("version"),
+                "from": came or ["a dependency"],
+                "pinned_by_lock": name in pins,
+            }
+        )
+    return {
+        "recipe": recipe.source,
+        "sources": list(recipe.sources),
+        "extras": list(recipe.extras),
+        "requirements": [dataclasses.asdict(r) for r in recipe.all_requirements()],
+        "lock_pins": len(recipe.pins),
+        "built_from_sdist": fetched.built_from_sdist,
+        "dropped": fetched.dropped,
+        "notes": list(recipe.notes),
+        "installed": rows,
+    }
+
+
+def write_record(
+    path: pathlib.Path,
+    image: str,
+    recipe: Recipe,
+    fetched: WheelSet,
+    packages: list[dict[str, str]],
+) -> None:
+    path.write_text(json.dumps({"image": image, **record(recipe, fetched, packages)}, indent=1))
+
+
+def record_path_for(image: str, log_dir: pathlib.Path) -> pathlib.Path:
+    return log_dir / f"{slug(image)}.environment.json"

@@ -171,7 +171,8 @@ def test_a_host_side_failure_names_the_missing_module(pipeline):
     assert f"; log: {log}; reproduce: " in line and log.is_file()
     assert "car_undeclared_helper" in log.read_text()
     repro = line.split("; reproduce: ", 1)[1]
-    assert " -m pip download " in repro and repro.endswith(".context/repo")
+    assert " -m pip download " in repro and repro.startswith("cd ")  # run in the repository
+    assert repro.split(" && ", 1)[0].endswith(".context/repo")
 
 
 def test_an_image_side_failure_names_the_missing_package_and_leaves_nothing(pipeline):
