@@ -1,0 +1,376 @@
+"""The grader's comparison helper: runs *inside the grading sandbox*, in the test process.
+
+Not imported by the package at run time: the grader copies it into the plugin directory under a
+random name, and the staged hidden test files call :func:`v` on the operands of their assertions
+(``compare_rewrite.py``). :func:`v` hands back a value the comparison can trust: a value built of
+exact standard types as it is; an instance of a builtin subclass whose comparison-related dunders
+the agent's diff wrote, reduced to its exact base type through the base type's own C methods;
+another object whose dunders the diff wrote, wrapped so that it compares only with another such
+object. Stdlib only, Python 3.6 compatible. Rules and limits: docs/modules/grading.md.
+"""
+
+import dis
+import os
+import re
+import sys
+
+_SCALARS = frozenset([int, float, complex, bool, str, bytes, bytearray, type(None)])
+_CONTAINERS = frozenset([list, tuple, dict, set, frozenset])
+# Builtin bases an instance is reduced to, most specific first (bool cannot be subclassed).
+_BASES = (int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset)
+_WATCHED = frozenset(
+    [
+        "__eq__",
+        "__ne__",
+        "__lt__",
+        "__le__",
+        "__gt__",
+        "__ge__",
+        "__hash__",
+        "__iter__",
+        "__len__",
+        "__contains__",
+        "__getitem__",
+        "__bool__",
+        "__class__",
+        "__getattr__",
+        "__getattribute__",
+        "__index__",
+        "__int__",
+        "__float__",
+        "__complex__",
+        "__str__",
+        "__bytes__",
+        "__reversed__",
+        "__instancecheck__",
+        "__subclasscheck__",
+    ]
+)
+_HEAPTYPE = 1 << 9
+_MRO = type.__dict__["__mro__"].__get__
+_DICT = type.__dict__["__dict__"].__get__
+_MODULE = type.__dict__["__module__"].__get__
+_QUALNAME = type.__dict__["__qualname__"].__get__
+_HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@")
+_MAX_DEPTH = 200
+_FUNCTION = type(lambda: None)
+
+_CONF = {"workdir": "/", "diff": "", "exempt": []}
+_TOUCHED = None  # {absolute path: set of new-side line numbers the diff added or removed at}
+_TRUST = {}  # type: dict  # type -> bool (its comparisons are not the diff's)
+_SPANS = {}  # type: dict  # code object -> (first, last line)
+
+
+def _activate(conf):
+    global _TOUCHED
+    _CONF.update(conf)
+    _TOUCHED = None
+    _TRUST.clear()
+
+
+def _unquote(name):
+    name = name.strip()
+    if name.startswith('"') and name.endswith('"'):
+        try:
+            name = name[1:-1].encode("latin-1", "backslashreplace").decode("unicode_escape")
+            name = name.encode("latin-1").decode("utf-8", "surrogateescape")
+        except Exception:
+            pass
+    return name
+
+
+def parse_diff(text, workdir, exempt=()):
+    """``{absolute path: {line, ...}}``: the new-side lines each file's hunks add, and the lines
+    next to the ones they remove (a removal inside a function changes it too)."""
+    out = {}  # type: dict
+    lines = None
+    new = 0
+    skip = set(os.path.normpath(e) for e in exempt)
+    for raw in text.splitlines():
+        if raw.startswith("+++ "):
+            name = _unquote(raw[4:])
+            lines = None
+            if name != "/dev/null":
+                rel = os.path.normpath(name[2:] if name.startswith("b/") else name)
+                if rel not in skip:
+                    lines = out.setdefault(os.path.join(workdir, rel), set())
+            continue
+        if raw.startswith("diff --git "):
+            lines = None
+            continue
+        m = _HUNK.match(raw)
+        if m:
+            new = int(m.group(1))
+            continue
+        if lines is None:
+            continue
+        if raw.startswith("+"):
+            lines.add(new)
+            new += 1
+        elif raw.startswith("-"):
+            lines.add(new)
+        elif raw.startswith(" "):
+            new += 1
+    return out
+
+
+def _touched():
+    global _TOUCHED
+    if _TOUCHED is None:
+        text = ""
+        if _CONF.get("diff"):
+            try:
+                with open(str(_CONF["diff"]), "rb") as f:
+                    text = f.read().decode("utf-8", "surrogateescape")
+            except OSError:
+                text = ""
+        _TOUCHED = parse_diff(text, _CONF["workdir"], _CONF.get("exempt", ()))
+    return _TOUCHED
+
+
+def _real(path):
+    try:
+        return os.path.realpath(path)
+    except Exception:
+        return path
+
+
+def _span(code):
+    span = _SPANS.get(code)
+    if span is None:
+        lines = [ln for _, ln in dis.findlinestarts(code) if ln] or [code.co_firstlineno]
+        for const in code.co_consts:
+            if hasattr(const, "co_code"):
+                lines.extend(_span(const))
+        span = _SPANS[code] = (min(code.co_firstlineno, *lines), max(lines))
+    return span
+
+
+def _codes(value, depth=0):
+    """The code objects behind a class attribute (functions, methods, properties, wrappers);
+    None where it is some other kind of callable or descriptor."""
+    if depth > 8:
+        return None
+    if value is None:
+        return []
+    kind = type(value)
+    if kind in (staticmethod, classmethod):
+        return _codes(value.__func__, depth + 1)
+    if kind is property:
+        out = []
+        for f in (value.fget, value.fset, value.fdel):
+            got = _codes(f, depth + 1)
+            if got is None:
+                return None
+            out.extend(got)
+        return out
+    code = value.__code__ if kind is _FUNCTION else None
+    if code is not None:
+        out = [code]
+        wrapped = value.__dict__.get("__wrapped__")
+        if wrapped is not None:
+            more = _codes(wrapped, depth + 1)
+            if more is None:
+                return None
+            out.extend(more)
+        return out
+    if not (_flags(kind) & _HEAPTYPE) and kind.__name__ in (
+        "wrapper_descriptor",
+        "method_descriptor",
+        "builtin_function_or_method",
+        "getset_descriptor",
+        "member_descriptor",
+        "classmethod_descriptor",
+    ):
+        objclass = getattr(value, "__objclass__", None)
+        return [] if objclass is None or not (_flags(objclass) & _HEAPTYPE) else None
+    return None
+
+
+def _flags(t):
+    return type.__dict__["__flags__"].__get__(t)
+
+
+def _writable(path):
+    try:
+        return os.access(path, os.W_OK) or os.access(os.path.dirname(path) or ".", os.W_OK)
+    except Exception:
+        return True
+
+
+def _module_file(cls):
+    mod = sys.modules.get(_MODULE(cls))
+    path = getattr(mod, "__file__", None) if mod is not None else None
+    return _real(path) if isinstance(path, str) else None
+
+
+def _reachable(cls):
+    obj = sys.modules.get(_MODULE(cls))
+    qual = _QUALNAME(cls)
+    if "<locals>" in qual:
+        return True  # a class made inside a function: judged by its module's file alone
+    for part in qual.split("."):
+        obj = getattr(obj, part, None)
+    return obj is cls
+
+
+def _class_trusted(cls):
+    """Whether no watched dunder of ``cls`` (its own ``__dict__``) is the diff's doing."""
+    if not (_flags(cls) & _HEAPTYPE):
+        return True
+    own = _DICT(cls)
+    names = [n for n in own if n in _WATCHED]
+    if not names:
+        return True
+    touched = _touched()
+    home = _module_file(cls)
+    home_ok = home is not None and home not in touched and _reachable(cls)
+    for name in names:
+        codes = _codes(own[name])
+        if codes is None:  # an odd callable: only the class's own (untouched) module vouches
+            if not home_ok:
+                return False
+            continue
+        for code in codes:
+            path = code.co_filename
+            full = _real(path) if os.path.isabs(path) else None
+            if full is None or not os.path.isfile(full):  # generated (dataclass, attrs, exec)
+                if not home_ok:
+                    return False
+                continue
+            lines = touched.get(full)
+            if lines is not None:
+                first, last = _span(code)
+                if any(first <= ln <= last for ln in lines):
+                    return False
+                continue
+            workdir = _real(_CONF["workdir"])
+            inside = full == workdir or full.startswith(workdir.rstrip(os.sep) + os.sep)
+            if not inside and _writable(full):  # written at run time, e.g. under /tmp
+                return False
+    return True
+
+
+def trusted(t):
+    """Whether instances of ``t`` compare by their own methods (none the diff wrote)."""
+    got = _TRUST.get(t)
+    if got is None:
+        got = all(_class_trusted(c) for c in _MRO(t)) and all(
+            _class_trusted(c) for c in _MRO(type(t))
+        )
+        _TRUST[t] = got
+    return got
+
+
+class Untrusted:
+    """An object whose comparison is the diff's: equal only to another such object, by its own
+    ``==`` (a type the diff defines is what the test built its expected value from)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def _with(self, other, op):
+        if type(other) is not Untrusted:
+            return False  # a standard or trusted value: the diff's type cannot judge it
+        try:
+            got = op(self.value, other.value)
+        except Exception:
+            return False
+        return got if type(got) is bool else False
+
+    def __eq__(self, other):
+        return self._with(other, lambda a, b: a == b)
+
+    def __ne__(self, other):
+        return self._with(other, lambda a, b: a != b)
+
+    def __lt__(self, other):
+        return self._with(other, lambda a, b: a < b)
+
+    def __le__(self, other):
+        return self._with(other, lambda a, b: a <= b)
+
+    def __gt__(self, other):
+        return self._with(other, lambda a, b: a > b)
+
+    def __ge__(self, other):
+        return self._with(other, lambda a, b: a >= b)
+
+    def __hash__(self):
+        return 0
+
+    def __repr__(self):
+        try:
+            text = object.__repr__(self.value)
+        except Exception:
+            text = "?"
+        return "<compared by the grader as untrusted: " + text + ">"
+
+
+def _base_value(x, base):
+    """``x`` as an exact ``base``, read through ``base``'s own C methods."""
+    if base is int:
+        return int.__int__(x)
+    if base is float:
+        return float.__float__(x)
+    if base is complex:
+        return complex(complex.__dict__["real"].__get__(x), complex.__dict__["imag"].__get__(x))
+    if base in (str,):
+        return str.__str__(x)
+    if base in (bytes, bytearray, list, tuple):
+        return base.__getitem__(x, slice(None))
+    if base is dict:
+        return dict.copy(x)
+    return base.copy(x)  # set, frozenset
+
+
+def _canon(x, depth):
+    """(value, changed): ``x`` with everything the diff's types could steer replaced."""
+    t = type(x)
+    if t in _SCALARS:
+        return x, False
+    if depth > _MAX_DEPTH:
+        return Untrusted(x), True
+    if t not in _CONTAINERS:
+        if trusted(t):
+            if not any(issubclass(t, b) for b in _CONTAINERS):
+                return x, False  # a trusted object (Decimal, URL, datetime, ...): its own ==
+            base = next(b for b in _BASES if issubclass(t, b))
+            inner, changed = _canon(_base_value(x, base), depth + 1)
+            return (inner, True) if changed else (x, False)  # OrderedDict, Counter, namedtuple
+        reducible = [b for b in _BASES if issubclass(t, b)]
+        if not reducible:
+            return Untrusted(x), True
+        return _canon(_base_value(x, reducible[0]), depth + 1)[0], True
+    if t is list or t is tuple:
+        items, changed = [], False
+        for item in x:
+            v, c = _canon(item, depth + 1)
+            items.append(v)
+            changed = changed or c
+        if not changed:
+            return x, False
+        return (items if t is list else tuple(items)), True
+    if t is dict:
+        pairs, changed = [], False
+        for k, val in x.items():
+            k2, c1 = _canon(k, depth + 1)
+            v2, c2 = _canon(val, depth + 1)
+            pairs.append((k2, v2))
+            changed = changed or c1 or c2
+        return (dict(pairs), True) if changed else (x, False)
+    items, changed = [], False
+    for item in x:
+        v, c = _canon(item, depth + 1)
+        items.append(v)
+        changed = changed or c
+    return (t(items), True) if changed else (x, False)
+
+
+def v(x):
+    """The operand of a hidden test's comparison, as the grader lets it compare."""
+    if type(x) in _SCALARS:
+        return x
+    return _canon(x, 0)[0]
