@@ -69,7 +69,18 @@ def _literal(node: ast.expr) -> bool:
     return True
 
 
-def _operands(test: ast.expr) -> list[ast.expr]:
+Operand = tuple[ast.expr, str]  # an operand and the comparisons it takes part in (e, o, i)
+
+
+def _modes(op: ast.cmpop) -> tuple[str, str]:
+    if isinstance(op, (ast.In, ast.NotIn)):
+        return "e", "i"  # the item by ==, the container by its containment
+    if isinstance(op, (ast.Lt, ast.LtE, ast.Gt, ast.GtE)):
+        return "eo", "eo"
+    return "e", "e"
+
+
+def _operands(test: ast.expr) -> list[Operand]:
     """The comparison operands in a truth-tested expression: ``and``/``or``/``not`` walked,
     comparisons with ``is`` left alone (a copy is never the same object)."""
     if isinstance(test, ast.BoolOp):
@@ -79,15 +90,25 @@ def _operands(test: ast.expr) -> list[ast.expr]:
     if isinstance(test, ast.Compare):
         if any(isinstance(op, (ast.Is, ast.IsNot)) for op in test.ops):
             return []
-        return [test.left, *test.comparators]
+        nodes = [test.left, *test.comparators]
+        modes = [""] * len(nodes)
+        for i, op in enumerate(test.ops):
+            left, right = _modes(op)
+            modes[i] += left
+            modes[i + 1] += right
+        return [(n, "".join(sorted(set(m)))) for n, m in zip(nodes, modes, strict=True)]
     return []
 
 
-def _call_operands(call: ast.Call) -> list[ast.expr]:
+def _call_operands(call: ast.Call) -> list[Operand]:
     func = call.func
     name = func.attr if isinstance(func, ast.Attribute) else None
     if name in _UNITTEST_PAIR:
-        return [a for a in call.args[:2] if not isinstance(a, ast.Starred)]
+        args = [a for a in call.args[:2] if not isinstance(a, ast.Starred)]
+        if name in ("assertIn", "assertNotIn") and len(args) == 2:
+            return [(args[0], "e"), (args[1], "ei")]
+        ordered = name.startswith(("assertGreater", "assertLess"))
+        return [(a, "eo" if ordered else "e") for a in args]
     if name in _UNITTEST_TRUTH and call.args and not isinstance(call.args[0], ast.Starred):
         return _operands(call.args[0])
     return []
@@ -95,7 +116,7 @@ def _call_operands(call: ast.Call) -> list[ast.expr]:
 
 class _Finder(ast.NodeVisitor):
     def __init__(self) -> None:
-        self.found: list[ast.expr] = []
+        self.found: list[Operand] = []
         self.depth = 0  # inside a function body
 
     def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
@@ -153,19 +174,21 @@ def rewrite(text: str, alias: str) -> Rewritten:
     except RecursionError as e:
         return Rewritten(text, 0, f"RecursionError: {e}")
     operands = [
-        o for o in finder.found if not _literal(o) and getattr(o, "end_lineno", None) is not None
+        (o, m)
+        for o, m in finder.found
+        if not _literal(o) and getattr(o, "end_lineno", None) is not None
     ]
     if not operands:
         return Rewritten(text, 0)
     lines = text.splitlines(keepends=True)
     starts = _offsets(text)
     edits: list[tuple[int, int, str]] = []  # (offset, order, inserted): opens after closes
-    for node in operands:
+    for node, mode in operands:
         assert node.end_lineno is not None and node.end_col_offset is not None
         a = _char(lines, starts, node.lineno, node.col_offset)
         b = _char(lines, starts, node.end_lineno, node.end_col_offset)
         edits.append((a, 1, f"{alias}.v("))
-        edits.append((b, 0, ")"))
+        edits.append((b, 0, ")" if mode == "e" else f", {mode!r})"))
     out = text
     for offset, _, piece in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
         out = out[:offset] + piece + out[offset:]

@@ -18,7 +18,7 @@ _SCALARS = frozenset([int, float, complex, bool, str, bytes, bytearray, type(Non
 _CONTAINERS = frozenset([list, tuple, dict, set, frozenset])
 # Builtin bases an instance is reduced to, most specific first (bool cannot be subclassed).
 _BASES = (int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset)
-_WATCHED = frozenset(
+_ALL = frozenset(
     [
         "__eq__",
         "__ne__",
@@ -46,6 +46,12 @@ _WATCHED = frozenset(
         "__subclasscheck__",
     ]
 )
+_EQ = frozenset(["__eq__", "__ne__", "__hash__"])
+_MODES = {
+    "e": _EQ,
+    "o": frozenset(["__lt__", "__le__", "__gt__", "__ge__"]),
+    "i": frozenset(["__contains__", "__iter__", "__getitem__"]),
+}
 _HEAPTYPE = 1 << 9
 _MRO = type.__dict__["__mro__"].__get__
 _DICT = type.__dict__["__dict__"].__get__
@@ -177,14 +183,12 @@ def _codes(value, depth=0):
     if not (_flags(kind) & _HEAPTYPE) and kind.__name__ in (
         "wrapper_descriptor",
         "method_descriptor",
-        "builtin_function_or_method",
         "getset_descriptor",
         "member_descriptor",
-        "classmethod_descriptor",
-    ):
+    ):  # a builtin type's own C method (``__eq__ = str.__eq__``)
         objclass = getattr(value, "__objclass__", None)
-        return [] if objclass is None or not (_flags(objclass) & _HEAPTYPE) else None
-    return None
+        return [] if objclass is not None and not (_flags(objclass) & _HEAPTYPE) else None
+    return None  # a builtin function, a type, a callable object: called without ``self``
 
 
 def _flags(t):
@@ -214,12 +218,12 @@ def _reachable(cls):
     return obj is cls
 
 
-def _class_trusted(cls):
-    """Whether no watched dunder of ``cls`` (its own ``__dict__``) is the diff's doing."""
+def _class_trusted(cls, watched):
+    """Whether no ``watched`` dunder of ``cls`` (its own ``__dict__``) is the diff's doing."""
     if not (_flags(cls) & _HEAPTYPE):
         return True
     own = _DICT(cls)
-    names = [n for n in own if n in _WATCHED]
+    names = [n for n in own if n in watched]
     if not names:
         return True
     touched = _touched()
@@ -238,6 +242,8 @@ def _class_trusted(cls):
                 if not home_ok:
                     return False
                 continue
+            if not _defined_at(code, full):  # a borrowed file name (compile(src, "/usr/...")
+                return False
             lines = touched.get(full)
             if lines is not None:
                 first, last = _span(code)
@@ -251,14 +257,33 @@ def _class_trusted(cls):
     return True
 
 
-def trusted(t):
-    """Whether instances of ``t`` compare by their own methods (none the diff wrote)."""
-    got = _TRUST.get(t)
+def _defined_at(code, path):
+    """Whether the file's text at the code's first line defines it (``def <name>``, a lambda,
+    or decorators then ``def <name>``)."""
+    import linecache
+
+    name = code.co_name
+    for k in range(code.co_firstlineno, code.co_firstlineno + 40):
+        line = linecache.getline(path, k).strip()
+        if not line or line.startswith(("@", "#")):
+            continue
+        if name == "<lambda>":
+            return "lambda" in line
+        return re.match(r"(async\s+)?def\s+" + re.escape(name) + r"\b", line) is not None
+    return False
+
+
+def trusted(t, mode="e"):
+    """Whether instances of ``t`` compare by their own methods in ``mode`` (``e``: equality,
+    ``o``: ordering, ``i``: containment, ``*``: every watched dunder): none the diff wrote."""
+    key = (t, mode)
+    got = _TRUST.get(key)
     if got is None:
-        got = all(_class_trusted(c) for c in _MRO(t)) and all(
-            _class_trusted(c) for c in _MRO(type(t))
+        watched = _ALL if "*" in mode else frozenset().union(*(_MODES[m] for m in mode))
+        got = all(_class_trusted(c, watched) for c in _MRO(t)) and all(
+            _class_trusted(c, watched) for c in _MRO(type(t))
         )
-        _TRUST[t] = got
+        _TRUST[key] = got
     return got
 
 
@@ -326,7 +351,42 @@ def _base_value(x, base):
     return base.copy(x)  # set, frozenset
 
 
-def _canon(x, depth):
+_OPAQUE_STATE = ("weakproxy", "weakcallableproxy")
+_SCAN_CAP = 100000
+
+
+def _state_clean(x):
+    """Whether nothing a trusted object holds (``gc.get_referents``, numpy object arrays) is an
+    instance whose comparisons the diff wrote: a trusted ``==`` may hand the comparison to it."""
+    import gc
+
+    if type(x).__name__ in _OPAQUE_STATE:
+        return False
+    seen, todo, n = set(), [x], 0
+    while todo:
+        obj = todo.pop()
+        t = type(obj)
+        if t in _SCALARS or id(obj) in seen or isinstance(obj, _SKIP):
+            continue
+        seen.add(id(obj))
+        n += 1
+        if n > _SCAN_CAP or t.__name__ in _OPAQUE_STATE:
+            return False
+        if obj is not x and t not in _CONTAINERS and not trusted(t, "*"):
+            return False
+        if t.__name__ == "ndarray" and getattr(getattr(obj, "dtype", None), "kind", "") == "O":
+            try:
+                todo.extend(obj.ravel().tolist())
+            except Exception:
+                return False
+        todo.extend(gc.get_referents(obj))
+    return True
+
+
+_SKIP = (type, type(sys), type(_activate), type(_activate.__code__), type(len))
+
+
+def _canon(x, depth, mode):
     """(value, changed): ``x`` with everything the diff's types could steer replaced."""
     t = type(x)
     if t in _SCALARS:
@@ -334,20 +394,22 @@ def _canon(x, depth):
     if depth > _MAX_DEPTH:
         return Untrusted(x), True
     if t not in _CONTAINERS:
-        if trusted(t):
-            if not any(issubclass(t, b) for b in _CONTAINERS):
-                return x, False  # a trusted object (Decimal, URL, datetime, ...): its own ==
-            base = next(b for b in _BASES if issubclass(t, b))
-            inner, changed = _canon(_base_value(x, base), depth + 1)
-            return (inner, True) if changed else (x, False)  # OrderedDict, Counter, namedtuple
         reducible = [b for b in _BASES if issubclass(t, b)]
-        if not reducible:
-            return Untrusted(x), True
-        return _canon(_base_value(x, reducible[0]), depth + 1)[0], True
+        if reducible and trusted(t, "*"):
+            if reducible[0] not in _CONTAINERS:
+                return x, False  # an int or str subclass none of whose dunders is the diff's
+            inner, changed = _canon(_base_value(x, reducible[0]), depth + 1, mode)
+            return (inner, True) if changed else (x, False)  # OrderedDict, Counter, namedtuple
+        if reducible:  # a builtin subclass the diff steers: its base type's own content
+            return _canon(_base_value(x, reducible[0]), depth + 1, mode)[0], True
+        if trusted(t, mode) and _state_clean(x):
+            return x, False  # a trusted object (Decimal, URL, datetime, ...): its own ==
+        return Untrusted(x), True
+    inner = "eo" if "o" in mode else "e"  # elements: by ==, and by < where the op orders
     if t is list or t is tuple:
         items, changed = [], False
         for item in x:
-            v, c = _canon(item, depth + 1)
+            v, c = _canon(item, depth + 1, inner)
             items.append(v)
             changed = changed or c
         if not changed:
@@ -356,21 +418,22 @@ def _canon(x, depth):
     if t is dict:
         pairs, changed = [], False
         for k, val in x.items():
-            k2, c1 = _canon(k, depth + 1)
-            v2, c2 = _canon(val, depth + 1)
+            k2, c1 = _canon(k, depth + 1, "e")
+            v2, c2 = _canon(val, depth + 1, "e")
             pairs.append((k2, v2))
             changed = changed or c1 or c2
         return (dict(pairs), True) if changed else (x, False)
     items, changed = [], False
     for item in x:
-        v, c = _canon(item, depth + 1)
+        v, c = _canon(item, depth + 1, "e")
         items.append(v)
         changed = changed or c
     return (t(items), True) if changed else (x, False)
 
 
-def v(x):
-    """The operand of a hidden test's comparison, as the grader lets it compare."""
+def v(x, mode="e"):
+    """The operand of a hidden test's comparison, as the grader lets it compare (``mode``: the
+    comparisons it takes part in, see :func:`trusted`)."""
     if type(x) in _SCALARS:
         return x
-    return _canon(x, 0)[0]
+    return _canon(x, 0, mode)[0]
