@@ -80,24 +80,24 @@ def _modes(op: ast.cmpop) -> tuple[str, str]:
     return "e", "e"
 
 
-def _operands(test: ast.expr) -> list[Operand]:
-    """The comparison operands in a truth-tested expression: ``and``/``or``/``not`` walked,
-    comparisons with ``is`` left alone (a copy is never the same object)."""
-    if isinstance(test, ast.BoolOp):
-        return [o for value in test.values for o in _operands(value)]
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return _operands(test.operand)
-    if isinstance(test, ast.Compare):
+def _operands(expr: ast.expr) -> list[Operand]:
+    """The operands of every comparison in ``expr`` (nested ones too: ``v`` hands back the
+    object itself unless the diff steers it); comparisons with ``is`` are left alone (a copy is
+    never the same object)."""
+    out: list[Operand] = []
+    for test in ast.walk(expr):
+        if not isinstance(test, ast.Compare):
+            continue
         if any(isinstance(op, (ast.Is, ast.IsNot)) for op in test.ops):
-            return []
+            continue
         nodes = [test.left, *test.comparators]
         modes = [""] * len(nodes)
         for i, op in enumerate(test.ops):
             left, right = _modes(op)
             modes[i] += left
             modes[i + 1] += right
-        return [(n, "".join(sorted(set(m)))) for n, m in zip(nodes, modes, strict=True)]
-    return []
+        out += [(n, "".join(sorted(set(m)))) for n, m in zip(nodes, modes, strict=True)]
+    return out
 
 
 def _call_operands(call: ast.Call) -> list[Operand]:
@@ -105,10 +105,11 @@ def _call_operands(call: ast.Call) -> list[Operand]:
     name = func.attr if isinstance(func, ast.Attribute) else None
     if name in _UNITTEST_PAIR:
         args = [a for a in call.args[:2] if not isinstance(a, ast.Starred)]
+        nested = [o for a in args for o in _operands(a)]
         if name in ("assertIn", "assertNotIn") and len(args) == 2:
-            return [(args[0], "e"), (args[1], "ei")]
+            return [(args[0], "e"), (args[1], "i"), *nested]
         ordered = name.startswith(("assertGreater", "assertLess"))
-        return [(a, "eo" if ordered else "e") for a in args]
+        return [(a, "eo" if ordered else "e") for a in args] + nested
     if name in _UNITTEST_TRUTH and call.args and not isinstance(call.args[0], ast.Starred):
         return _operands(call.args[0])
     return []
@@ -182,15 +183,21 @@ def rewrite(text: str, alias: str) -> Rewritten:
         return Rewritten(text, 0)
     lines = text.splitlines(keepends=True)
     starts = _offsets(text)
-    edits: list[tuple[int, int, str]] = []  # (offset, order, inserted): opens after closes
+    # (offset, group, tie, text), applied right to left; each insertion lands left of those
+    # already made at its offset: closes of inner operands end up first, opens of outer ones last
+    edits: list[tuple[int, int, int, str]] = []
+    seen = set()
     for node, mode in operands:
         assert node.end_lineno is not None and node.end_col_offset is not None
         a = _char(lines, starts, node.lineno, node.col_offset)
         b = _char(lines, starts, node.end_lineno, node.end_col_offset)
-        edits.append((a, 1, f"{alias}.v("))
-        edits.append((b, 0, ")" if mode == "e" else f", {mode!r})"))
+        if (a, b) in seen:  # one operand of two comparisons: wrapped once
+            continue
+        seen.add((a, b))
+        edits.append((a, 1, -(b - a), f"{alias}.v("))
+        edits.append((b, 0, b - a, ")" if mode == "e" else f", {mode!r})"))
     out = text
-    for offset, _, piece in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
+    for offset, _, _, piece in sorted(edits, key=lambda e: (-e[0], -e[1], -e[2])):
         out = out[:offset] + piece + out[offset:]
     sep = "" if out.endswith("\n") else "\n"
     out += f"{sep}import {alias}  # the grader's comparisons (see the grading docs)\n"

@@ -195,11 +195,29 @@ def _flags(t):
     return type.__dict__["__flags__"].__get__(t)
 
 
-def _writable(path):
-    try:
-        return os.access(path, os.W_OK) or os.access(os.path.dirname(path) or ".", os.W_OK)
-    except Exception:
-        return True
+_PREFIXES = []  # type: list
+
+
+def _installed(path):
+    """Whether ``path`` lies where the interpreter and its packages are installed (not, say, a
+    file written under /tmp while the tests ran)."""
+    if not _PREFIXES:
+        import sysconfig
+
+        roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+        for name in ("stdlib", "platstdlib", "purelib", "platlib"):
+            try:
+                roots.add(sysconfig.get_paths()[name])
+            except Exception:
+                pass
+        try:
+            import site
+
+            roots.update(site.getsitepackages())
+        except Exception:
+            pass
+        _PREFIXES.extend(sorted(_real(r).rstrip(os.sep) + os.sep for r in roots if r))
+    return any(path.startswith(r) for r in _PREFIXES)
 
 
 def _module_file(cls):
@@ -252,7 +270,7 @@ def _class_trusted(cls, watched):
                 continue
             workdir = _real(_CONF["workdir"])
             inside = full == workdir or full.startswith(workdir.rstrip(os.sep) + os.sep)
-            if not inside and _writable(full):  # written at run time, e.g. under /tmp
+            if not inside and not _installed(full):  # written at run time, e.g. under /tmp
                 return False
     return True
 
@@ -299,6 +317,8 @@ class Untrusted:
     def _with(self, other, op):
         if type(other) is not Untrusted:
             return False  # a standard or trusted value: the diff's type cannot judge it
+        if not (_state_clean(self.value, False) and _state_clean(other.value, False)):
+            return False  # what they hold would judge it
         try:
             got = op(self.value, other.value)
         except Exception:
@@ -351,30 +371,41 @@ def _base_value(x, base):
     return base.copy(x)  # set, frozenset
 
 
-_OPAQUE_STATE = ("weakproxy", "weakcallableproxy")
 _SCAN_CAP = 100000
 
 
-def _state_clean(x):
-    """Whether nothing a trusted object holds (``gc.get_referents``, numpy object arrays) is an
-    instance whose comparisons the diff wrote: a trusted ``==`` may hand the comparison to it."""
+def _proxy(t):
+    import weakref
+
+    return t is weakref.ProxyType or t is weakref.CallableProxyType
+
+
+def _state_clean(x, strict=True):
+    """Whether nothing ``x`` holds (``gc.get_referents``, numpy object arrays) is an instance
+    whose comparisons the diff wrote (``strict``), or a builtin subclass the diff steers (not
+    ``strict``): the ``==`` of ``x`` may hand the comparison to it."""
     import gc
 
-    if type(x).__name__ in _OPAQUE_STATE:
+    if _proxy(type(x)):
         return False
     seen, todo, n = set(), [x], 0
     while todo:
         obj = todo.pop()
         t = type(obj)
-        if t in _SCALARS or id(obj) in seen or isinstance(obj, _SKIP):
+        if t in _SCALARS or id(obj) in seen or issubclass(t, _SKIP):
             continue
         seen.add(id(obj))
         n += 1
-        if n > _SCAN_CAP or t.__name__ in _OPAQUE_STATE:
+        if n > _SCAN_CAP or _proxy(t):
             return False
-        if obj is not x and t not in _CONTAINERS and not trusted(t, "*"):
+        steered = obj is not x and t not in _CONTAINERS and not trusted(t, "*")
+        if steered and (strict or any(issubclass(t, b) for b in _BASES)):
             return False
-        if t.__name__ == "ndarray" and getattr(getattr(obj, "dtype", None), "kind", "") == "O":
+        if (
+            t.__name__ == "ndarray"
+            and _MODULE(t) == "numpy"
+            and getattr(getattr(obj, "dtype", None), "kind", "") == "O"
+        ):
             try:
                 todo.extend(obj.ravel().tolist())
             except Exception:
