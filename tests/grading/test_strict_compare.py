@@ -9,6 +9,7 @@ passes as shipped and fails staged; every honest comparison passes both ways.
 
 from __future__ import annotations
 
+import ast
 import os
 import pathlib
 import re
@@ -127,6 +128,18 @@ def test_rewrite_targets():
     assert lines[7] == "    self.assertEqual(H.v(p()), H.v(q))"
     assert lines[8] == "    self.assertTrue(H.v(u) == 'ü' == H.v(w))"
     assert lines[-1].startswith("import H")
+
+
+def test_the_helper_is_python_3_6_syntax_and_stdlib_only():
+    source = compare_rewrite.SOURCE.read_text()
+    tree = ast.parse(source, feature_version=(3, 6))
+    imported = {
+        a.name.split(".")[0]
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in (n.names if isinstance(n, ast.Import) else [ast.alias(n.module or "")])
+    }
+    assert imported <= set(sys.stdlib_module_names), imported
 
 
 def test_a_file_that_does_not_parse_is_left_as_it_is():

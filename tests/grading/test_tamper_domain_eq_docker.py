@@ -51,6 +51,19 @@ async def test_domain_invariant_results_win_without_strict_compare_and_lose_with
         assert any(s == "FAILED" for t, s in lost.tests.items() if t in f2p), lost.tests
 
 
+async def test_twin_grading_and_a_negative_tamper_reward_do_not_stop_it_alone(
+    example_rows, make_diff
+):
+    row, diff = example_rows["slugify"], _attack(example_rows, make_diff, "slugify")
+    strict = Defences(twin=True, tamper_reward=-1.0)
+    won, lost = await asyncio.gather(
+        grade(row, diff, defences=dataclasses.replace(strict, strict_compare=False)),
+        grade(row, diff, defences=strict),
+    )
+    assert (won.reward, won.tampering) == (1.0, []), won.reason
+    assert (lost.reward, lost.failure_kind) == (0.0, "model"), lost.reason
+
+
 async def test_gold_patches_still_earn_full_reward(example_rows, make_diff):
     tasks = list(example_rows)
     assert len(tasks) >= 6
