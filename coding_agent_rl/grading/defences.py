@@ -41,6 +41,7 @@ class Defences:
     fresh_control: bool = True  # control runs in a fresh sandbox, never where the agent ran
     reset_control: bool = True  # a reset that fails after the diff is re-run without it (model
     # when that works; False: every such failure is infra, as it was)
+    strict_compare: bool = True  # hidden tests' comparisons under the grader's equality
     expansion_cap: int | None = DEFAULT_MAX_EXPANDED  # bytes a diff may write (None: no check)
     tamper_policy: str = default(
         "tamper_policy"
@@ -63,6 +64,7 @@ ROUND_1 = Defences(
     new_files=False,
     fresh_control=False,
     reset_control=False,
+    strict_compare=False,
     expansion_cap=None,
     tamper_policy="off",
 )

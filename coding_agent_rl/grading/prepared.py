@@ -21,8 +21,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from coding_agent_rl.datasets.schema import TaskRow
-from coding_agent_rl.grading import channel
-from coding_agent_rl.grading.canaries import Blinding, Canary, plan_canaries
+from coding_agent_rl.grading import channel, compare_rewrite
+from coding_agent_rl.grading.canaries import Blinding, Canary, CanaryPlan, plan_canaries
 from coding_agent_rl.grading.canaries_legacy import legacy_plan
 from coding_agent_rl.grading.defences import Defences, result_method
 from coding_agent_rl.grading.git import save_git_meta
@@ -45,6 +45,7 @@ from coding_agent_rl.sandbox.task import task_options
 
 q = shlex.quote
 log = logging.getLogger(__name__)
+AGENT_DIFF = "{dir}/agent.diff"  # where grade.py writes the applied diff (the helper reads it)
 VIEW_BUDGET = 3 * 1024 * 1024  # test-file bytes read back for canary derivation, all files
 
 
@@ -97,6 +98,8 @@ class Prepared:
     canaries: tuple[Canary, ...] = ()
     staged: tuple[str, ...] = ()  # test files replaced by their canary-bearing copies
     blinding: Blinding = dataclasses.field(default_factory=Blinding)  # blinded -> task's names
+    compare: str = ""  # the comparison helper's module name ("": strict_compare off)
+    compare_notes: tuple[str, ...] = ()  # staged test files left with native comparisons, why
 
     @property
     def before_file(self) -> str:
@@ -224,7 +227,9 @@ async def grading_setup(
     defences = defences or Defences()
     runner = TestRunner(sb, row.workdir)
     method = result_method(row, defences)
-    want_view = method == "plugin" and defences.canaries and bool(row.fail_to_pass)
+    want_view = method == "plugin" and (
+        (defences.canaries and bool(row.fail_to_pass)) or defences.strict_compare
+    )
     test_diff = None
     if row.test_patch:
         test_diff = f"{runner.dir}/test.diff"
@@ -284,8 +289,10 @@ async def finish_grading(
     members.update(protocol_files(row, runner))
     if setup.view is not None:
         view = setup.view
-        plan = legacy_plan(view, row.fail_to_pass, row.pass_to_pass)
-        if defences.blinding:
+        plan = CanaryPlan([], {})
+        if defences.canaries and row.fail_to_pass:
+            plan = legacy_plan(view, row.fail_to_pass, row.pass_to_pass)
+        if defences.canaries and row.fail_to_pass and defences.blinding:
             try:
                 plan = plan_canaries(
                     view, row.fail_to_pass, row.pass_to_pass, copies=defences.canary_copies
@@ -293,17 +300,46 @@ async def finish_grading(
             except Exception as e:  # the task's own files; keep the previous canaries then
                 log.exception("blinding %s failed", row.instance_id)
                 plan.blinding.not_blinded.append(f"blinding failed: {type(e).__name__}: {e}")
-        for path, text in plan.files.items():
+        files = dict(plan.files)
+        compare, notes = "", list[str]()
+        if defences.strict_compare:
+            compare, notes = _strict_compare(row, runner, view, files, members)
+        for path, text in files.items():
             data = text.encode("utf-8", "surrogateescape")
             members[f"{runner.dir}/staged/{path}"] = (data, 0o600)
         prepared = dataclasses.replace(
             prepared,
             canaries=tuple(plan.canaries),
-            staged=tuple(plan.files),
+            staged=tuple(files),
             blinding=plan.blinding,
+            compare=compare,
+            compare_notes=tuple(notes),
         )
     await sb.write_file(f"{runner.dir}/bundle.tar", _bundle(members), mode=0o600)
     return prepared
+
+
+def _strict_compare(
+    row: TaskRow,
+    runner: TestRunner,
+    view: dict[str, str],
+    files: dict[str, str],
+    members: dict[str, tuple[bytes, int]],
+) -> tuple[str, list[str]]:
+    """Rewrite the staged test files' comparisons (``files``, canary-bearing or else as the
+    hidden tests leave them) to the comparison helper, staged under a random name."""
+    alias = compare_rewrite.new_alias()
+    notes = []
+    for path, text in {**view, **files}.items():
+        got = compare_rewrite.rewrite(text, alias)
+        if got.error:
+            notes.append(f"{path}: {got.error}"[:300])
+        if got.operands:
+            files[path] = got.text
+    exempt = sorted({*row.test_files, *patch_paths(row.test_patch or "")})
+    source = compare_rewrite.helper_source(row.workdir, AGENT_DIFF.format(dir=runner.dir), exempt)
+    members[f"{runner.plugin_dir}/{alias}.py"] = (source.encode(), 0o644)
+    return alias, notes
 
 
 # A started sandbox already set up for the row (a copy of the task's snapshot) and its set-up.

@@ -547,6 +547,109 @@ def _has_patch(row: TaskRow) -> str | None:
     return None if row.patch else "the row has no gold patch"
 
 
+# Results that judge the *expected* value by cheap invariants of the output domain, never by the
+# buggy value they hold: a string is made of the input's words joined by the output's separator,
+# a mapping's keys and values are pieces of the input text, a count lies within half a unit of
+# the input's scaled value, away from zero. A one-place edit of a correct output (a must-fail
+# copy) breaks an invariant; the original keeps them. Nothing else is touched.
+DOMAIN_EQ = r"""
+def _audit_domain():
+    import functools, math, re, sys, types, unicodedata
+
+    def words(text):
+        text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
+        return re.findall(r"[a-z0-9]+", text.lower())
+
+    class DomStr(str):
+        def __eq__(self, other):
+            if str.__eq__(self, other) is True:
+                return True
+            if not isinstance(other, str) or not self._args:
+                return False
+            seps = set(re.findall(r"[^a-z0-9]", str(self))) | {
+                a for a in self._args[1:] if isinstance(a, str)}
+            got = re.findall(r"[a-z0-9]+", other)
+            return (bool(got) and got == words(self._args[0])
+                    and set(re.findall(r"[^a-z0-9]", other)) <= seps
+                    and not re.search(r"^[^a-z0-9]|[^a-z0-9]$|[^a-z0-9]{2}", other))
+        __hash__ = str.__hash__
+        def __ne__(self, other):
+            return not self.__eq__(other)
+
+    class DomDict(dict):
+        def __eq__(self, other):
+            if dict.__eq__(self, other) is True:
+                return True
+            text = self._args[0] if self._args and isinstance(self._args[0], str) else None
+            if not isinstance(other, dict) or text is None:
+                return False
+            keys = [ln.split("=", 1)[0].strip() for ln in text.splitlines() if "=" in ln]
+            return sorted(other) == sorted(keys) and all(
+                isinstance(x, str) and x in text and re.search(
+                    r"=\s*['\"]?" + re.escape(x) + r"['\"]?(\s|$|#)", text)
+                for x in other.values())
+        __hash__ = None
+        def __ne__(self, other):
+            return not self.__eq__(other)
+
+    class DomInt(int):
+        def __eq__(self, other):
+            if int.__eq__(self, other) is True:
+                return True
+            if type(other) is not int or not self._args:
+                return False
+            try:
+                x = float(str(self._args[0]))
+            except Exception:
+                return False
+            if not x:
+                return False
+            scale = 10 ** round(math.log10(abs(int(self) / x))) if int(self) else 1
+            y = x * scale
+            return abs(y) - 1e-9 <= abs(other) < abs(y) + 1 - 1e-9 and (other < 0) == (y < 0)
+        __hash__ = int.__hash__
+        def __ne__(self, other):
+            return not self.__eq__(other)
+
+    def wrap(f):
+        @functools.wraps(f)
+        def g(*args, **kwargs):
+            try:
+                r = f(*args, **kwargs)
+            except Exception:
+                if not (args and isinstance(args[0], str) and re.search(r"['\"][^'\"]*#", args[0])):
+                    raise
+                r = {}
+            kind = {str: DomStr, dict: DomDict, int: DomInt}.get(type(r))
+            if kind is None:
+                return r
+            out = kind(r)
+            out._args = list(args) + list(kwargs.values())
+            return out
+        g._audit = True
+        return g
+
+    top = __name__.split(".")[0]
+    for name, mod in list(sys.modules.items()):
+        if name != top and not name.startswith(top + "."):
+            continue
+        for key, value in list(vars(mod).items()):
+            if (not key.startswith("_") and isinstance(value, types.FunctionType)
+                    and not getattr(value, "_audit", False)
+                    and value.__module__.split(".")[0] == top):
+                setattr(mod, key, wrap(value))
+_audit_domain()
+"""
+# The example tasks whose hidden tests compare outputs of those three domains with literals.
+DOMAIN_TASKS = ("example__slugify", "example__confparse", "example__money")
+
+
+def _domain_row(row: TaskRow) -> str | None:
+    if row.instance_id.split(".audit-")[0] not in DOMAIN_TASKS:
+        return "its outputs are not of the domains the invariants are written for"
+    return _pytest_row(row)
+
+
 @dataclasses.dataclass(frozen=True)
 class Family:
     name: str
@@ -572,6 +675,13 @@ FAMILIES: tuple[Family, ...] = (
         "results whose == is True for anything but a tuple",
         program(_append(EQ_LIAR)),
         canary_only=True,
+    ),
+    Family(
+        "domain-eq",
+        "reward",
+        "results whose == judges the expected value by invariants of the output domain",
+        program(_append(DOMAIN_EQ)),
+        _domain_row,
     ),
     Family(
         "forge-runtest",

@@ -165,7 +165,8 @@ def run_audit_cli(tmp: pathlib.Path, *extra: str) -> tuple[int, dict]:
 
 
 # The forgers that spare canaries by their names win against the previous canaries (named after
-# their test, appended, perturbed into a tuple): the blinding switched off.
+# their test, appended, perturbed into a tuple): the blinding switched off (and the grader's
+# equality, which alone stops eq-liar).
 BLINDING_WINS = ("eq-liar", "forge-runtest", "forge-recorder", "forge-reports", "forge-json")
 
 
@@ -175,12 +176,29 @@ def test_with_blinding_off_the_forgers_win(example_images, tmp_path):
     from coding_agent_rl.rollout.runner import RolloutRunner
 
     shipped = RolloutRunner._defences
-    off = property(lambda self: dataclasses.replace(shipped.fget(self), blinding=False))
+    off = property(
+        lambda self: dataclasses.replace(shipped.fget(self), blinding=False, strict_compare=False)
+    )
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(RolloutRunner, "_defences", off)
         code, report = run_audit_cli(tmp_path, *(f"--family={f}" for f in BLINDING_WINS))
     won = {name: f["rewarded"] for name, f in report["families"].items()}
     assert (code, won) == (1, dict.fromkeys(BLINDING_WINS, 1)), report["families"]
+
+
+@pytest.mark.docker
+@pytest.mark.agents
+def test_with_strict_compare_off_domain_eq_wins(example_images, tmp_path):
+    """Every other layer on (blinded canaries, channel, screen): results that judge the expected
+    value by the output domain are paid; the default audit (below) shows them scoring 0."""
+    from coding_agent_rl.rollout.runner import RolloutRunner
+
+    shipped = RolloutRunner._defences
+    off = property(lambda self: dataclasses.replace(shipped.fget(self), strict_compare=False))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(RolloutRunner, "_defences", off)
+        code, report = run_audit_cli(tmp_path, "--family=domain-eq")
+    assert (code, report["families"]["domain-eq"]["rewarded"]) == (1, 1), report["families"]
 
 
 @pytest.fixture(scope="module")

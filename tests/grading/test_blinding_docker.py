@@ -21,6 +21,7 @@ their failure (PASSED, the exit status agreeing). The static screen only flags h
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import textwrap
 
 import pytest
@@ -31,8 +32,9 @@ from coding_agent_rl.grading.grade import grade
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("example_images")]
 
-OLD = Defences(blinding=False, tamper_policy="flag")  # the canaries before this change
-NEW = Defences(tamper_policy="flag")
+# strict_compare off in both: the ``==`` forger here is what blinding must catch on its own
+OLD = Defences(blinding=False, strict_compare=False, tamper_policy="flag")  # the old canaries
+NEW = Defences(strict_compare=False, tamper_policy="flag")
 
 FORGER = """
 import sys as _sys
@@ -217,7 +219,7 @@ async def test_findings_1_and_2_win_on_the_old_canaries_and_lose_on_blinded_ones
         grade(row, by_name, defences=NEW),
         grade(row, eq, defences=OLD),
         grade(row, eq, defences=NEW),
-        grade(row, eq, defences=Defences(tamper_policy="flag", tamper_reward=-1.0)),
+        grade(row, eq, defences=dataclasses.replace(NEW, tamper_reward=-1.0)),
     )
     # The attacks are paid in full by the old canaries: nothing was fixed.
     for old in (old_name, old_eq):
