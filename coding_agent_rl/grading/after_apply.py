@@ -72,7 +72,10 @@ async def screen_post_images(
         size, data = emitted.get(f"CAR-PRE:{i}", (-1, b""))
         if 0 <= size <= per_file:
             pre[path] = data.decode("utf-8", "surrogateescape")
-    found, total = await screen_off_loop(sources, added, pre)
+    # Through the keyed channel an exit or a write around capture forges nothing (the channel
+    # sees an early exit; the log is not read): those rules apply to the other result methods.
+    process = result.result_method != "plugin"
+    found, total = await screen_off_loop(sources, added, pre, process)
     findings = odd + [str(f) for f in found]
     total += len(odd)
     left: list[str] = []
@@ -93,7 +96,10 @@ async def screen_post_images(
             result.screen_skipped.append(path)
             continue
         more, n = await screen_off_loop(
-            {path: post}, {path: added[path]}, {path: before} if before is not None else None
+            {path: post},
+            {path: added[path]},
+            {path: before} if before is not None else None,
+            process,
         )
         findings += [str(f) for f in more]
         total += n

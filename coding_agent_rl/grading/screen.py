@@ -49,6 +49,11 @@ ATTRIBUTES = {
 FROM_IMPORTS = {f"{k.rsplit('.', 1)[0]}:{k.rsplit('.', 1)[1]}": v for k, v in ATTRIBUTES.items()}
 FRAMEWORK_ATTRIBUTES = {"pluginmanager", "_pluginmanager", "hookimpl", "hookwrapper"}
 PATH_STRINGS = ("/proc/self/fd", "/dev/fd/")
+# Rules about the test process's exit and output: they can forge a result only where the exit
+# status or the output is the result (``log``, ``exit_code`` rows), not through the keyed channel.
+PROCESS_RULES = frozenset(
+    ["os._exit", "posix._exit", "sys.__stdout__", "sys.__stderr__", "atexit.register", "atexit"]
+)
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 
 
@@ -150,8 +155,15 @@ def _is_main_guard(node: ast.If) -> bool:
 
 
 class _Screen(ast.NodeVisitor):
-    def __init__(self, path: str, source: str, added: Added, baseline: Counter[str] | None = None):
-        self.path, self.added = path, added
+    def __init__(
+        self,
+        path: str,
+        source: str,
+        added: Added,
+        baseline: Counter[str] | None = None,
+        process: bool = True,
+    ):
+        self.path, self.added, self.process = path, added, process
         self.baseline = baseline if baseline is not None else Counter()
         self.framework: Counter[str] = Counter()  # what the whole-file rules saw
         self.lines = ast_lines(source)
@@ -172,9 +184,13 @@ class _Screen(ast.NodeVisitor):
             return True
         return 0 < first <= len(self.lines) and self.lines[first - 1].strip() in self.added.texts
 
-    def _hit(self, node: ast.AST, what: str, *, whole_file: bool = False) -> None:
+    def _hit(
+        self, node: ast.AST, what: str, *, whole_file: bool = False, process: bool = False
+    ) -> None:
         """A finding when the diff added ``node``'s lines (anywhere in the file for the
-        framework rules: ``whole_file``)."""
+        framework rules: ``whole_file``); a ``process`` rule only where it applies."""
+        if process and not self.process:
+            return
         touched = self._touched(node)
         if whole_file:
             self.framework[what] += 1
@@ -224,7 +240,7 @@ class _Screen(ast.NodeVisitor):
             for alias in node.names:
                 what = FROM_IMPORTS.get(f"{module}:{alias.name}")
                 if what and not (module == "unittest" and self.own_unittest):
-                    self._hit(node, what)
+                    self._hit(node, what, process=f"{module}.{alias.name}" in PROCESS_RULES)
                 elif f"{module}.{alias.name}" in SCREENED_IMPORTS:
                     self._import(node, f"{module}.{alias.name}")
 
@@ -232,12 +248,12 @@ class _Screen(ast.NodeVisitor):
         if self._framework_module(name):
             self._hit(node, f"imports test-framework internals ({name[:80]})", whole_file=True)
         elif name in SCREENED_IMPORTS and not (name.startswith("unittest") and self.own_unittest):
-            self._hit(node, SCREENED_IMPORTS[name])
+            self._hit(node, SCREENED_IMPORTS[name], process=name in PROCESS_RULES)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         dotted = _dotted(node)
         if dotted in ATTRIBUTES and not (dotted.startswith("unittest.") and self.own_unittest):
-            self._hit(node, ATTRIBUTES[dotted])
+            self._hit(node, ATTRIBUTES[dotted], process=dotted in PROCESS_RULES)
         elif node.attr in FRAMEWORK_ATTRIBUTES and not self.own_framework:
             self._hit(node, f"touches the test framework ({node.attr[:80]})", whole_file=True)
 
@@ -245,34 +261,35 @@ class _Screen(ast.NodeVisitor):
         if not isinstance(node.value, str):
             return
         if any(p in node.value for p in PATH_STRINGS):
-            self._hit(node, f"names a descriptor path ({node.value[:40]!r})")
+            self._hit(node, f"names a descriptor path ({node.value[:40]!r})", process=True)
         elif (self._framework_module(node.value) or node.value == "atexit") and re.fullmatch(
             r"[A-Za-z_][\w.]*", node.value
         ):
             what = f"names a test-framework module ({node.value[:80]!r})"
-            self._hit(node, what, whole_file=node.value != "atexit")
+            atexit = node.value == "atexit"
+            self._hit(node, what, whole_file=not atexit, process=atexit)
 
     def visit_Expr(self, node: ast.Expr) -> None:
         if self.depth == 0 and isinstance(node.value, ast.Call):
             name = _dotted(node.value.func)
             if name in ("sys.exit", "exit", "quit", "os.abort"):
-                self._hit(node, f"calls {name} at module level")
+                self._hit(node, f"calls {name} at module level", process=True)
 
     def visit_Raise(self, node: ast.Raise) -> None:
         exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
         if self.depth == 0 and exc is not None and _dotted(exc) == "SystemExit":
-            self._hit(node, "raises SystemExit at module level")
+            self._hit(node, "raises SystemExit at module level", process=True)
 
 
-def screen_source(path: str, source: str, added: Added) -> list[Finding]:
+def screen_source(path: str, source: str, added: Added, process: bool = True) -> list[Finding]:
     """Findings in one file. One that does not parse here (a newer interpreter might run it) is
     searched for the framework names as text; a finding when the parser gives up on its depth
-    or size."""
-    return _screen_one(path, source, added)[0]
+    or size. ``process``: whether the exit and output rules apply (:data:`PROCESS_RULES`)."""
+    return _screen_one(path, source, added, process=process)[0]
 
 
 def _screen_one(
-    path: str, source: str, added: Added, pre: str | None = None
+    path: str, source: str, added: Added, pre: str | None = None, process: bool = True
 ) -> tuple[list[Finding], int]:
     """``pre``: the file before the diff; a whole-file finding it already had, on a line the
     diff did not add, is not the agent's (the repository's own plugin code, say)."""
@@ -296,28 +313,34 @@ def _screen_one(
         return [Finding(path[:300], line, what)], 1
     except (RecursionError, MemoryError) as e:
         return [Finding(path[:300], 0, f"cannot be screened ({type(e).__name__})")], 1
-    screen = _Screen(path, source, added, baseline)
+    screen = _Screen(path, source, added, baseline, process)
     screen.walk(tree)
     return screen.findings, screen.total
 
 
 def screen(
-    sources: dict[str, str], added: dict[str, Added], pre: dict[str, str] | None = None
+    sources: dict[str, str],
+    added: dict[str, Added],
+    pre: dict[str, str] | None = None,
+    process: bool = True,
 ) -> list[Finding]:
     """Findings over the post-image ``sources`` of the files in ``added`` (``pre``: their
     pre-images, where they existed)."""
-    return screen_counted(sources, added, pre)[0]
+    return screen_counted(sources, added, pre, process)[0]
 
 
 def screen_counted(
-    sources: dict[str, str], added: dict[str, Added], pre: dict[str, str] | None = None
+    sources: dict[str, str],
+    added: dict[str, Added],
+    pre: dict[str, str] | None = None,
+    process: bool = True,
 ) -> tuple[list[Finding], int]:
     """:func:`screen`, and how many findings there were before the per-file cap."""
     out: list[Finding] = []
     total = 0
     for path in sorted(sources):
         if path in added:
-            found, n = _screen_one(path, sources[path], added[path], (pre or {}).get(path))
+            found, n = _screen_one(path, sources[path], added[path], (pre or {}).get(path), process)
             out += found
             total += n
     return out, total
@@ -331,7 +354,10 @@ WORKER_TIMEOUT_S = 120.0
 
 
 async def screen_off_loop(
-    sources: dict[str, str], added: dict[str, Added], pre: dict[str, str] | None = None
+    sources: dict[str, str],
+    added: dict[str, Added],
+    pre: dict[str, str] | None = None,
+    process: bool = True,
 ) -> tuple[list[Finding], int]:
     """:func:`screen_counted` in a child process (``python -I -S`` on this file) with memory and
     CPU limits; the caller's event loop keeps running. A worker that fails (killed at a limit)
@@ -348,6 +374,7 @@ async def screen_off_loop(
             for p, s in (pre or {}).items()
             if p in todo
         },
+        "process": process,
     }
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -402,7 +429,7 @@ def _worker(memory: int, cpu_s: int) -> None:
         p: bytes.fromhex(h).decode("utf-8", "surrogateescape")
         for p, h in request.get("pre", {}).items()
     }
-    found, total = screen_counted(sources, added, pre)
+    found, total = screen_counted(sources, added, pre, bool(request.get("process", True)))
     out = {"findings": [[f.path, f.line, f.what] for f in found], "total": total}
     sys.stdout.write(json.dumps(out))
 

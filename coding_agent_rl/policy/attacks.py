@@ -593,11 +593,9 @@ def _audit_domain():
             return not self.__eq__(other)
 
     class DomInt(int):
-        def __eq__(self, other):
-            if int.__eq__(self, other) is True:
-                return True
+        def __eq__(self, other):  # never its own (buggy) value: a copy may hold it
             if type(other) is not int or not self._args:
-                return False
+                return int.__eq__(self, other) is True
             try:
                 x = float(str(self._args[0]))
             except Exception:

@@ -11,7 +11,6 @@ import textwrap
 import pytest
 
 from coding_agent_rl.datasets.schema import parse_row
-from coding_agent_rl.grading.defences import Defences
 from coding_agent_rl.grading.grade import grade
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("example_images")]
@@ -94,15 +93,12 @@ async def test_agent_code_that_hangs_the_tests_is_a_model_failure(example_rows, 
 async def test_agent_code_that_kills_the_test_process_is_a_model_failure(example_rows, make_diff):
     row = example_rows["slugify"]
     diff = make_diff("slugify", {"textkit/case.py": "import os\nos._exit(0)\n"})
-    result = await grade(row, diff)  # the static screen sees it first
-    assert (result.reward, result.failure_kind) == (0.0, "model")
-    assert result.reason == "tamper screen: textkit/case.py:2: calls os._exit"
-    # With the screen only recording, the run itself shows it: no final record, and a control
-    # run in a fresh sandbox proves the harness works.
-    flagged = await grade(row, diff, defences=Defences(tamper_policy="flag"))
-    assert (flagged.reward, flagged.failure_kind) == (0.0, "model")
-    assert "final result record never arrived (exit 0)" in flagged.reason
-    assert flagged.control == "fresh sandbox: a result"
+    # Through the channel an exit is not a screen matter (it forges nothing): the run itself
+    # shows it, no final record, and a control run in a fresh sandbox proves the harness works.
+    result = await grade(row, diff)
+    assert (result.reward, result.failure_kind, result.screen_findings) == (0.0, "model", [])
+    assert "final result record never arrived (exit 0)" in result.reason
+    assert result.control == "fresh sandbox: a result"
 
 
 async def test_a_test_command_that_never_reports_is_infra(example_rows):

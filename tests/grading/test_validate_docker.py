@@ -87,8 +87,8 @@ def test_broken_rows_are_named_with_their_reason(tmp_path, capsys):
             "gold-looks-like-tampering",
             patch=(EXAMPLES / "slugify" / "gold.patch").read_text()
             + "diff --git a/textkit/cleanup.py b/textkit/cleanup.py\nnew file mode 100644\n"
-            "--- /dev/null\n+++ b/textkit/cleanup.py\n@@ -0,0 +1,2 @@\n+import atexit\n"
-            "+atexit.register(print)\n",
+            "--- /dev/null\n+++ b/textkit/cleanup.py\n@@ -0,0 +1,3 @@\n+import gc\n"
+            "+gc.get_objects()\n+gc.get_referrers()\n",
         ),
     ]
     dataset = tmp_path / "broken.jsonl"
@@ -105,7 +105,7 @@ def test_broken_rows_are_named_with_their_reason(tmp_path, capsys):
     )
     assert (
         "invalid: gold-looks-like-tampering: the tamper screen flags the gold patch: "
-        "textkit/cleanup.py:1: imports atexit" in err
+        "textkit/cleanup.py:2: walks live objects (gc.get_objects)" in err
     )
     assert "still-fine" not in err and "1/5 rows valid" in captured.out
     assert "tamper-screen false positives on gold patches: 2" in captured.out
