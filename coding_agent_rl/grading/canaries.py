@@ -360,10 +360,13 @@ def _synthetic(
     path, scope = rng.choice(places) if places else (rng.choice(files), ["test"])
     cls = scope[-2] if len(scope) > 1 and path in parsed else None
     indent = ""
+    if path in parsed and _parametrized(parsed[path].tree):
+        return None  # a module-wide parametrize: a test without its arguments errors
     if cls is not None:
         unit = _find(parsed[path], scope)
-        if unit is None:
-            cls = None
+        owner = next((u.node for u in parsed[path].units if node_name(u.node) == cls), None)
+        if unit is None or owner is None or _parametrized(owner):
+            cls = None  # a class-level parametrize: put beside the class, not in it
         else:
             line = parsed[path].lines[unit.node.lineno - 1]
             indent = line[: len(line) - len(line.lstrip())]
@@ -379,6 +382,18 @@ def _synthetic(
     else:
         extra_funcs.setdefault(path, []).append(text)
     return Canary(path, "::".join([path, *([cls] if cls else []), name]), expect)
+
+
+def _parametrized(node: ast.AST) -> bool:
+    """Whether ``node`` (a module or class) parametrizes every test in it (a ``parametrize``
+    decorator, or a ``pytestmark`` naming one)."""
+    marks = list(getattr(node, "decorator_list", []))
+    for stmt in getattr(node, "body", []):
+        if isinstance(stmt, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "pytestmark" for t in stmt.targets
+        ):
+            marks.append(stmt.value)
+    return any("parametrize" in ast.dump(m) for m in marks)
 
 
 def check_canaries(

@@ -227,7 +227,12 @@ async def _grade_in(
     if kept.strip():
         result.stage = "apply"
         kept_text = kept.decode("utf-8", "surrogateescape")
-        sources = {} if defences.tamper_policy == "off" else screened_files(kept_text)
+        # off the loop: the diff is the agent's, up to its cap, and parsing it takes CPU
+        sources = (
+            {}
+            if defences.tamper_policy == "off"
+            else await asyncio.to_thread(screened_files, kept_text)
+        )
         try:
             outcome = await apply_patch(
                 sb,

@@ -288,34 +288,51 @@ async def finish_grading(
         members[runner.key_path] = (prepared.key, 0o600)
     members.update(protocol_files(row, runner))
     if setup.view is not None:
-        view = setup.view
-        plan = CanaryPlan([], {})
-        if defences.canaries and row.fail_to_pass:
-            plan = legacy_plan(view, row.fail_to_pass, row.pass_to_pass)
-        if defences.canaries and row.fail_to_pass and defences.blinding:
-            try:
-                plan = plan_canaries(
-                    view, row.fail_to_pass, row.pass_to_pass, copies=defences.canary_copies
-                )
-            except Exception as e:  # the task's own files; keep the previous canaries then
-                log.exception("blinding %s failed", row.instance_id)
-                plan.blinding.not_blinded.append(f"blinding failed: {type(e).__name__}: {e}")
-        files = dict(plan.files)
-        compare, notes = "", list[str]()
-        if defences.strict_compare:
-            compare, notes = _strict_compare(row, runner, view, files, members)
-        for path, text in files.items():
-            data = text.encode("utf-8", "surrogateescape")
-            members[f"{runner.dir}/staged/{path}"] = (data, 0o600)
-        prepared = dataclasses.replace(
-            prepared,
-            canaries=tuple(plan.canaries),
-            staged=tuple(files),
-            blinding=plan.blinding,
-            compare=compare,
-            compare_notes=tuple(notes),
+        # off the loop: parsing, blinding and rewriting the task's test files takes CPU
+        prepared = await asyncio.to_thread(
+            _stage_tests, row, runner, defences, setup.view, members, prepared
         )
-    await sb.write_file(f"{runner.dir}/bundle.tar", _bundle(members), mode=0o600)
+    bundle = await asyncio.to_thread(_bundle, members)
+    await sb.write_file(f"{runner.dir}/bundle.tar", bundle, mode=0o600)
+    return prepared
+
+
+def _stage_tests(
+    row: TaskRow,
+    runner: TestRunner,
+    defences: Defences,
+    view: dict[str, str],
+    members: dict[str, tuple[bytes, int]],
+    prepared: Prepared,
+) -> Prepared:
+    """The hidden test files blinded, with canaries, their comparisons rewritten; added to
+    ``members``."""
+    plan = CanaryPlan([], {})
+    if defences.canaries and row.fail_to_pass:
+        plan = legacy_plan(view, row.fail_to_pass, row.pass_to_pass)
+    if defences.canaries and row.fail_to_pass and defences.blinding:
+        try:
+            plan = plan_canaries(
+                view, row.fail_to_pass, row.pass_to_pass, copies=defences.canary_copies
+            )
+        except Exception as e:  # the task's own files; keep the previous canaries then
+            log.exception("blinding %s failed", row.instance_id)
+            plan.blinding.not_blinded.append(f"blinding failed: {type(e).__name__}: {e}")
+    files = dict(plan.files)
+    compare, notes = "", list[str]()
+    if defences.strict_compare:
+        compare, notes = _strict_compare(row, runner, view, files, members)
+    for path, text in files.items():
+        data = text.encode("utf-8", "surrogateescape")
+        members[f"{runner.dir}/staged/{path}"] = (data, 0o600)
+    prepared = dataclasses.replace(
+        prepared,
+        canaries=tuple(plan.canaries),
+        staged=tuple(files),
+        blinding=plan.blinding,
+        compare=compare,
+        compare_notes=tuple(notes),
+    )
     return prepared
 
 

@@ -206,3 +206,39 @@ def test_a_test_pytest_collects_by_a_custom_pattern_is_graded_unblinded(tmp_path
     )
     assert plan.blinding.not_blinded and "check_f" in plan.blinding.not_blinded[0]
     assert mapped == truth
+
+
+CLASS_PARAMETRIZED = """
+import pytest
+
+from mod import f
+
+
+@pytest.mark.parametrize("k", [1, 2])
+class TestOptional:
+    def test_f(self, k):
+        assert f(k) == k + 1
+
+    def test_g(self, k):
+        assert f(k) > k
+
+
+def test_plain():
+    assert f(0) == 1
+"""
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_canaries_beside_a_class_parametrized_as_a_whole(tmp_path, seed):
+    rel = "tests/test_k.py"
+    root = _suite(tmp_path, rel, CLASS_PARAMETRIZED)
+    truth = _run(root, rel)
+    assert len(truth) == 5 and set(truth.values()) == {"passed"}, truth
+    f2p = ("tests/test_k.py::TestOptional::test_g[1]",)
+    p2p = tuple(t for t in truth if t not in f2p)
+    plan, blinded, mapped = _blinded_outcomes(root, rel, CLASS_PARAMETRIZED, f2p, p2p, seed)
+    assert "collection-error" not in blinded.values(), blinded
+    assert mapped == truth
+    for canary in plan.canaries:
+        outcomes = {o for t, o in blinded.items() if canary.owns(t)}
+        assert outcomes == {"failed" if canary.expect == "fail" else "passed"}, canary
