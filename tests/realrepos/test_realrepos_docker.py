@@ -104,3 +104,23 @@ def test_dependency_groups_and_tox_deps_are_installed(built):
     assert attrs["pytest"]["version"] == "9.0.2"  # uv.lock
     pyparsing = installed(built, "pyparsing__pyparsing-600")
     assert {"matplotlib", "railroad-diagrams", "jinja2"} <= set(pyparsing)
+
+
+def test_gold_replays_to_full_reward_through_claude_code(built):
+    """``run`` with real Claude Code: the replay policy applies each gold patch through the
+    agent's own shell tool; every row is graded 1.0 by the default grader (blinding, canaries,
+    the grader's equality, the screen) and nothing is left running."""
+    import sys
+
+    from support.rollout_helpers import RUN_ID, containers
+
+    out = built["root"] / "replay"
+    argv = [sys.executable, "-m", "coding_agent_rl.cli", "run", "--dataset", str(built["rows"])]
+    argv += ["--policy", "replay", "--concurrency", "2", "--out", str(out)]
+    argv += ["--sandbox-option", f"run_id={RUN_ID}", "--agent-budget", "600"]
+    proc = subprocess.run([*argv, "--eval-timeout", "600"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    got = {r["instance_id"]: (r["reward"], r["failure_kind"], r.get("fail_reason")) for r in results}
+    assert got == {i: (1.0, None, got.get(i, (0, 0, None))[2]) for i in IDS}, got
+    assert containers() == []
