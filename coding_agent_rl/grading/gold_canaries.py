@@ -1,10 +1,11 @@
 """Fresh-input canaries: copies of a fail-to-pass test with changed inputs, expected values from
 the gold code.
 
-:func:`probes` edits the literal arguments of the call whose result a test compares (one place,
-same type, via :func:`.perturb.value_line`) and swaps the assertion for a recorder;
-:func:`derive` keeps the variants whose recorded value is a standard literal that two runs agree
-on; :func:`render` makes a must-pass copy (expected: the gold value) and must-fail copies of it.
+:func:`probes` changes one literal argument of the call whose result a test compares (or one
+input of each ``parametrize`` case: a letter to a letter, a digit to a digit, a number by a small
+step) and swaps the assertion for a recorder; :func:`parse_records` keeps values that are
+standard literals two runs agree on; :func:`derive` fills them in; :func:`render_pass` and
+:func:`render_fail` (gold values moved one place, :func:`.perturb.value_line`) make the copies.
 A forger that only knows the hidden test's own inputs must compute outputs for inputs it never
 saw. Store and integration: :mod:`.gold_store`, docs/modules/grading.md.
 """
@@ -22,6 +23,7 @@ from typing import Any
 from coding_agent_rl.grading.perturb import value_line
 
 PROBE_ENV = "CAR_GOLD_PROBE_OUT"
+MAX_TESTS = 32  # fail-to-pass tests per file given fresh-input variants
 MAX_REPR = 4096  # recorded values longer than this (as repr) are dropped
 _ASSERT_EQUAL = ("assertEqual", "assertEquals", "assertListEqual", "assertDictEqual")
 
@@ -218,12 +220,24 @@ def probes(
     lines = _Lines(text)
     out: list[Variant] = []
     skipped: list[str] = []
+    tests = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    tests = {n for n in tests if n.startswith("test")}
     ids = dict.fromkeys(t.split("[", 1)[0] for t in fail_to_pass if t.startswith(path + "::"))
-    for test_id in ids:
+    for k, test_id in enumerate(ids):
         scope = test_id.split("::")[1:]
         fn = _find(tree, scope) if scope else None
         if fn is None:
             skipped.append(f"{test_id}: not found")
+            continue
+        if k >= MAX_TESTS:
+            skipped.append(f"{test_id}: over the {MAX_TESTS}-test cap")
+            continue
+        # Blinding renames the file's tests; a copy that names one would break under it.
+        named = {
+            getattr(n, "id", getattr(n, "attr", None)) for stmt in fn.body for n in ast.walk(stmt)
+        }
+        if named & tests:
+            skipped.append(f"{test_id}: names another test")
             continue
         for n in range(per_test):
             made = _variant(fn, lines, path, tuple(scope), test_id, rng, n)

@@ -177,3 +177,39 @@ def test_lookup_table_forger_wins_without_fresh_canaries_and_loses_with_them(tmp
     assert not {"test_runs", "test_plain", "test_m", "test_helper"} & set(
         re.findall(r"def (test\w*)", text)
     )
+
+
+def test_tests_without_a_changeable_input_say_why_and_a_literal_on_the_left_is_handled():
+    text = textwrap.dedent("""
+        def test_no_args():
+            assert compute() == 3
+
+
+        def test_calls_a_test():
+            test_no_args()
+            assert f("ab") == "AB"
+
+
+        def test_left():
+            assert "AB" == f("ab")
+
+
+        def test_flag():
+            assert f(True) == 1
+    """)
+    ids = tuple(
+        f"t.py::{n}" for n in ("test_no_args", "test_calls_a_test", "test_left", "test_flag")
+    )
+    variants, skipped = gc.probes(text, "t.py", ids, random.Random(2), per_test=1)
+    assert skipped == [
+        "t.py::test_no_args: no literal argument to change in the compared call",
+        "t.py::test_calls_a_test: names another test",
+        "t.py::test_flag: no literal argument to change in the compared call",
+    ]
+    (v,) = variants
+    assert re.fullmatch(
+        r"\ndef test_left\(\):\n    assert __CAR_EXPECTED_0__ == f\(\'[a-z]b\'\)\n|"
+        r"\ndef test_left\(\):\n    assert __CAR_EXPECTED_0__ == f\(\'a[a-z]\'\)\n",
+        "\n" + v.text,
+    )
+    assert "f('ab')" not in v.probe and 'f("ab")' not in v.probe
