@@ -29,6 +29,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="test command time limit (s)",
     )
     parser.add_argument("--instance", action="append", help="only this instance_id (repeatable)")
+    parser.add_argument(
+        "--derive-canaries",
+        action="store_true",
+        help="derive fresh-input canaries from the gold code into the cache root's store "
+        "(grading adds them; docs/modules/grading.md)",
+    )
 
 
 def _leak(r: RowReport) -> str:
@@ -80,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
             backend=args.sandbox,
             runs=args.runs,
             timeout=args.timeout,
+            derive_canaries=args.derive_canaries,
         )
     )
     if args.out:

@@ -20,6 +20,7 @@ from coding_agent_rl.grading.blinding import (
     blind_name,
     node_name,
 )
+from coding_agent_rl.grading.gold_canaries import Variant, fresh_texts
 from coding_agent_rl.grading.perturb import value_line
 
 MUST_FAIL = 2
@@ -48,6 +49,7 @@ class Blinding:
     names: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
     not_blinded: list[str] = dataclasses.field(default_factory=list)  # "file: reason"
     unperturbed: list[str] = dataclasses.field(default_factory=list)  # "test id: reason"
+    kind: str = "copies"  # "gold-fresh": fresh-input canaries from the gold code went in too
 
     def original(self, test_id: str) -> str:
         """The task's id for a recorded (blinded) id; other ids unchanged."""
@@ -66,6 +68,7 @@ class Blinding:
             "tests": sum(len(n) for n in self.names.values()),
             "not_blinded": self.not_blinded[:20],
             "unperturbed": self.unperturbed[:20],
+            "canaries_kind": self.kind,
         }
 
 
@@ -213,6 +216,7 @@ def plan_canaries(
     rng: random.Random | None = None,
     *,
     copies: int = COPIES,
+    fresh: list[Variant] | None = None,
 ) -> CanaryPlan:
     """Blinded test files with canaries for ``sources`` (path -> text after the hidden tests went
     in); files that cannot be blinded keep their text and get synthetic canaries appended."""
@@ -279,6 +283,11 @@ def plan_canaries(
             plan.canaries.append(
                 Canary(path, "::".join([path, *scope[:-1], name]), "fail", test_id)
             )
+    for v, name, text, expect in fresh_texts(fresh or [], set(parsed), taken, rng):
+        path, *cls = v.file, *v.scope[:-1]
+        (extra_methods[path].setdefault(cls[0], []) if cls else extra_funcs[path]).append(text)
+        plan.canaries.append(Canary(path, "::".join([path, *cls, name]), expect, v.source))
+        blinding.kind = "gold-fresh"
     fails = sum(c.expect == "fail" for c in plan.canaries)
     for expect, like in [("fail", fail_to_pass)] * max(0, MUST_FAIL - fails) + [
         ("pass", pass_to_pass or fail_to_pass)

@@ -30,6 +30,7 @@ class Defences:
     blinding: bool = True  # random test names and order, same-type canary copies (False:
     # canaries named after their test, appended, ``(expected, <int>)``)
     canary_copies: int = 2  # must-fail copies per fail-to-pass test
+    gold_canaries: bool = True  # fresh-input canaries stored by ``validate --derive-canaries``
     twin: bool = default(
         "twin_grade"
     )  # grade twice in fresh sandboxes; hidden-test outcomes must agree

@@ -26,6 +26,7 @@ from coding_agent_rl.grading.canaries import Blinding, Canary, CanaryPlan, plan_
 from coding_agent_rl.grading.canaries_legacy import legacy_plan
 from coding_agent_rl.grading.defences import Defences, result_method
 from coding_agent_rl.grading.git import save_git_meta
+from coding_agent_rl.grading.gold_store import fresh_for
 from coding_agent_rl.grading.runner import TEST_UID, TestRunner
 from coding_agent_rl.grading.workspace import (
     GIT,
@@ -313,7 +314,11 @@ def _stage_tests(
     if defences.canaries and row.fail_to_pass and defences.blinding:
         try:
             plan = plan_canaries(
-                view, row.fail_to_pass, row.pass_to_pass, copies=defences.canary_copies
+                view,
+                row.fail_to_pass,
+                row.pass_to_pass,
+                copies=defences.canary_copies,
+                fresh=fresh_for(row, view) if defences.gold_canaries else None,
             )
         except Exception as e:  # the task's own files; keep the previous canaries then
             log.exception("blinding %s failed", row.instance_id)

@@ -37,6 +37,7 @@ class RowReport:
     screen_fp: int = 0  # tamper-screen findings on the gold patch (false positives)
     cause: str = ""  # for an invalid row: "environment" (the image) or "row" (its patch/tests)
     first_error: str = ""  # the first error line of the failing run's test log
+    fresh_canaries: dict[str, Any] = dataclasses.field(default_factory=dict)  # --derive-canaries
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -161,6 +162,7 @@ async def validate_row(
     runs: int = 2,
     sandbox_options: dict[str, Any] | None = None,
     timeout: float = default("eval_timeout_s"),
+    derive_canaries: bool = False,
 ) -> RowReport:
     """Validate one row; the report names the first problem found."""
     t0 = time.monotonic()
@@ -213,6 +215,12 @@ async def validate_row(
     if not problems and runs > 1 and _disagree(report):
         problems.append("flaky: repeated runs disagree on some test")
     report.valid = not problems
+    if derive_canaries and report.valid and gold and row.fail_to_pass:
+        from coding_agent_rl.grading.gold_probe import derive_and_store
+
+        report.fresh_canaries = await derive_and_store(
+            row, gold, backend=backend, sandbox_options=sandbox_options
+        )
     report.reason = problems[0] if problems else "ok"
     if first_bad is not None:
         report.cause, report.first_error = classify(row, *first_bad)

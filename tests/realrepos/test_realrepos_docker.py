@@ -121,6 +121,8 @@ def test_gold_replays_to_full_reward_through_claude_code(built):
     proc = subprocess.run([*argv, "--eval-timeout", "600"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    got = {r["instance_id"]: (r["reward"], r["failure_kind"], r.get("fail_reason")) for r in results}
+    got = {
+        r["instance_id"]: (r["reward"], r["failure_kind"], r.get("fail_reason")) for r in results
+    }
     assert got == {i: (1.0, None, got.get(i, (0, 0, None))[2]) for i in IDS}, got
     assert containers() == []
