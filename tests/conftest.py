@@ -9,7 +9,10 @@ import subprocess
 
 import pytest
 
-pytest_plugins = ["support.fixtures"]  # the fixtures every folder shares
+pytest_plugins = [
+    "support.fixtures",  # the fixtures every folder shares
+    "support.ci_skips",  # under CI=true a skip, at collection too, is a failure
+]
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -47,17 +50,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         raise pytest.UsageError(
             f"CI=true but {docker_engine_reason()}: docker tests cannot be skipped"
         )
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
-    """Under CI=true a skipped test fails, with its reason (an expected failure stays one)."""
-    outcome = yield
-    report = outcome.get_result()
-    if IN_CI and report.skipped and not hasattr(report, "wasxfail"):
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
-        report.outcome = "failed"
-        report.longrepr = f"CI=true: a skipped test is a failure here: {reason}"
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
