@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -57,6 +58,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     if reason:
         terminalreporter.write_line(
             f"WARNING: docker-marked tests were SKIPPED: {reason}", red=True
+        )
+    vendor = sys.modules.get("support.slime_vendor")
+    if vendor is not None and vendor.MISSING:
+        terminalreporter.write_line(
+            f"WARNING: slime tests were SKIPPED: {vendor.MISSING[0]}", red=True
         )
 
 
