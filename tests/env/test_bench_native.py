@@ -77,7 +77,8 @@ def test_throughput_part(rows):
             "--no-check",
         )  # fmt: skip
     finally:
-        assert containers(run_id) == []
+        left = containers(run_id)
+    assert left == [], "the benchmark left a sandbox behind"
     t = out["throughput"]
     assert (t["n"], t["concurrency"]) == (2, 2)
     for agent in ("native", "claude_code"):
