@@ -46,6 +46,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=f"SKIPPED (no engine): {reason}"))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Every Python child of the suite reports its leaks (``support/children.py``)."""
+    from support.children import child_env
+
+    os.environ["PYTHONWARNINGS"] = child_env()["PYTHONWARNINGS"]
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     if IN_CI and docker_engine_reason() is not None:
         raise pytest.UsageError(
