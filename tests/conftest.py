@@ -6,10 +6,14 @@ from __future__ import annotations
 import functools
 import os
 import subprocess
+import sys
 
 import pytest
 
-pytest_plugins = ["support.fixtures"]  # the fixtures every folder shares
+pytest_plugins = [
+    "support.fixtures",  # the fixtures every folder shares
+    "support.ci_skips",  # under CI=true a skip, at collection too, is a failure
+]
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -42,6 +46,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=f"SKIPPED (no engine): {reason}"))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Every Python child of the suite reports its leaks (``support/children.py``)."""
+    from support.children import child_env
+
+    os.environ["PYTHONWARNINGS"] = child_env()["PYTHONWARNINGS"]
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     if IN_CI and docker_engine_reason() is not None:
         raise pytest.UsageError(
@@ -49,22 +60,16 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         )
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
-    """Under CI=true a skipped test fails, with its reason (an expected failure stays one)."""
-    outcome = yield
-    report = outcome.get_result()
-    if IN_CI and report.skipped and not hasattr(report, "wasxfail"):
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
-        report.outcome = "failed"
-        report.longrepr = f"CI=true: a skipped test is a failure here: {reason}"
-
-
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     reason = docker_engine_reason.cache_info().currsize and docker_engine_reason()
     if reason:
         terminalreporter.write_line(
             f"WARNING: docker-marked tests were SKIPPED: {reason}", red=True
+        )
+    vendor = sys.modules.get("support.slime_vendor")
+    if vendor is not None and vendor.MISSING:
+        terminalreporter.write_line(
+            f"WARNING: slime tests were SKIPPED: {vendor.MISSING[0]}", red=True
         )
 
 

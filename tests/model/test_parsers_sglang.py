@@ -5,8 +5,8 @@ qwen3_coder).
 --no-deps` (cached under the coding-agent-rl cache), extracts only the detector modules and their
 two small pure dependencies, and runs them in a subprocess. The one stand-in is SGLang's OpenAI
 protocol module (it needs the `openai` and `msgspec` packages): a class with the same `Tool`
-attribute shape. Where PyPI is unreachable the test SKIPS loudly (also under CI: it is an optional
-cross-check, the parsers have their own tests).
+attribute shape. Where PyPI is unreachable the test SKIPS loudly, and under ``CI=true`` that
+skip is a failure (``tests/support/ci_skips.py``), as every skip is.
 """
 
 from __future__ import annotations

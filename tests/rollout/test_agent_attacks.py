@@ -1,7 +1,7 @@
-"""Attack classes 4, 5 and 6 (agent side): what the agent can do inside its own sandbox to turn
-its failure into ``infra`` (retried, then dropped from training: the negative reward vanishes) or
-to make the host spend without bound. Real Claude Code in Docker, driven by a scripted policy
-through its own Bash tool; each scenario runs twice, with the round-1 behaviour (tests/rollout/
+"""Attack classes 4, 5 and 6, and 1 end to end (agent side): what the agent can do inside its
+own sandbox to turn its failure into ``infra`` (retried, then dropped from training: the
+negative reward vanishes) or to make the host spend without bound. Real Claude Code in Docker, driven by a scripted policy
+through its own Bash tool; each scenario runs twice, with the round-1 behaviour (tests/support/
 round1.py) and as shipped:
 
 * ``evidence`` (class 4): replace the agent log with a directory, forge the exit and pid markers;

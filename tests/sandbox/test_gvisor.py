@@ -94,9 +94,8 @@ def gvisor_engine():
         subprocess.run(["umount", "-R", f"{root}/data"], capture_output=True)
         subprocess.run(["ip", "link", "del", bridge], capture_output=True)
         shutil.rmtree(root, ignore_errors=True)
-        assert (
-            subprocess.run(["ip", "link", "show", "docker0"], capture_output=True).returncode == 0
-        )
+        docker0 = subprocess.run(["ip", "link", "show", "docker0"], capture_output=True)
+    assert docker0.returncode == 0, "the shared engine's docker0 bridge is gone"
 
 
 SCRIPT = textwrap.dedent("""

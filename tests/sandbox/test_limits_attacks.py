@@ -126,14 +126,20 @@ async def test_the_agent_can_write_only_on_the_capped_disk():
     assert {"/tmp", "/var/tmp", "/run/lock"} <= found, found
 
 
+BLOB = "head -c 100000000 /dev/zero > /opt/blob; stat -c %s /opt/blob"  # root, outside the disk
+
+
 @pytest.mark.docker
-async def test_the_writable_layer_is_watched_as_a_backstop(monkeypatch):
-    """Should an image have a writable place we did not cap, the writable layer is measured."""
-    monkeypatch.setattr(iso, "UPPER_CHECK_S", 0.0)
+@pytest.mark.parametrize("watched", [False, True], ids=["backstop_off", "backstop_on"])
+async def test_the_writable_layer_is_watched_as_a_backstop(monkeypatch, watched):
+    """Should an image have a writable place we did not cap, the writable layer is measured.
+    Backstop off (never measured): the 100 MB land past the 64 MiB cap and nothing is named."""
+    monkeypatch.setattr(iso, "UPPER_CHECK_S", 0.0 if watched else float("inf"))
     async with make("docker", disk="64m") as sb:
-        await sb.exec("head -c 100000000 /dev/zero > /opt/blob")  # root, outside the disk
+        r = await sb.exec(BLOB)
         breaches = await sb.limit_breaches()
-    assert any("writable layer" in b for b in breaches), breaches
+    assert r.stdout.strip() == "100000000", r  # the write itself is not what the cap stops
+    assert any("writable layer" in b for b in breaches) is watched, breaches
 
 
 @pytest.mark.docker
@@ -183,11 +189,25 @@ async def test_local_sandbox_users_have_no_capabilities():
     assert int(root_caps, 16) == 0b11101011  # the same six as in Docker
 
 
+# Raise the soft limit to the hard one, then hold 5000 descriptors open.
+FD_HOG = (
+    "python3 -c 'import os, resource; h = resource.getrlimit(resource.RLIMIT_NOFILE)[1]; "
+    "resource.setrlimit(resource.RLIMIT_NOFILE, (h, h)); "
+    'fds = [os.open("/dev/null", os.O_RDONLY) for _ in range(5000)]; print("held", len(fds))\''
+    " 2>&1; echo exit=$?"
+)
+
+
 @pytest.mark.parametrize("backend", BACKEND_PARAMS)
 async def test_open_files_are_capped(backend):
     async with make(backend, nofile=4096) as sb:
         r = await sb.exec("ulimit -n; ulimit -n 100000 2>&1; echo exit=$?", user="nobody")
+        hog = await sb.exec(FD_HOG, user="nobody")
     assert r.stdout.splitlines()[0] == "4096" and "exit=1" in r.stdout, r
+    assert "Too many open files" in hog.stdout and "exit=1" in hog.stdout, hog
+    async with make(backend, **OFF) as sb:  # defence off: the 5000 descriptors are held
+        hog = await sb.exec(FD_HOG, user="nobody")
+    assert "held 5000" in hog.stdout and "exit=0" in hog.stdout, hog
 
 
 @pytest.fixture(scope="module")
