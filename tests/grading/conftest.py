@@ -8,6 +8,9 @@ import subprocess
 
 import pytest
 
+# Source fixtures the strict-compare tests stage and run themselves, not tests of this suite.
+collect_ignore_glob = ["strict_compare_cases/*"]
+
 EXAMPLES = pathlib.Path(__file__).parents[2] / "coding_agent_rl" / "datasets" / "examples"
 
 
