@@ -149,13 +149,25 @@ class RunWriter:
 
 
 def _write(handle: IO[str] | None, path: pathlib.Path, text: str) -> None:
-    """Append ``text`` through ``handle``, or, with none held, through a file opened for it."""
+    """Append ``text`` through ``handle`` (or a file opened for it) whole or not at all: a write
+    that fails part-way (ENOSPC) is cut back to where it began, so no torn line stays behind."""
     if handle is not None:
-        handle.write(text)
         handle.flush()
+        _append_whole(handle.fileno(), text.encode())
         return
-    with path.open("a") as f:
-        f.write(text)
+    with path.open("ab") as f:
+        _append_whole(f.fileno(), text.encode())
+
+
+def _append_whole(fd: int, data: bytes) -> None:
+    start = os.lseek(fd, 0, os.SEEK_END)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError:
+        os.ftruncate(fd, start)
+        raise
 
 
 def _end_line(path: pathlib.Path) -> None:
