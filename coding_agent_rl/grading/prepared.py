@@ -289,11 +289,10 @@ async def finish_grading(
         members[runner.key_path] = (prepared.key, 0o600)
     members.update(protocol_files(row, runner))
     if setup.view is not None:
-        # off the loop: parsing, blinding and rewriting the task's test files takes CPU
-        prepared = await asyncio.to_thread(
-            _stage_tests, row, runner, defences, setup.view, members, prepared
-        )
-    bundle = await asyncio.to_thread(_bundle, members)
+        # on the loop's thread: CPython 3.11's ast.parse is not safe in concurrent threads
+        # ("AST constructor recursion depth mismatch")
+        prepared = _stage_tests(row, runner, defences, setup.view, members, prepared)
+    bundle = _bundle(members)
     await sb.write_file(f"{runner.dir}/bundle.tar", bundle, mode=0o600)
     return prepared
 

@@ -230,7 +230,12 @@ async def test_findings_1_and_2_win_on_the_old_canaries_and_lose_on_blinded_ones
         assert (new.reward, new.failure_kind) == (0.0, "model"), new.reason
         assert new.reason.startswith("tampering: canary "), new.reason
         assert sum("must fail but was recorded PASSED" in t for t in new.tampering) == 6
-        assert new.blinding == {"tests": 8, "not_blinded": [], "unperturbed": []}
+        assert new.blinding == {
+            "tests": 8,
+            "not_blinded": [],
+            "unperturbed": [],
+            "canaries_kind": "copies",
+        }
     assert new_eq_costly.reward == -1.0 and new_eq_costly.failure_kind == "model"
 
 

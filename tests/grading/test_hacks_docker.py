@@ -227,7 +227,11 @@ async def test_forged_summary_printed_after_pytest_finishes(example_rows, make_d
     assert "PASSED " + row.fail_to_pass[0] in result.test_log  # the forgery did reach the log
     assert result.reward == 0.0
     assert all(result.tests[t] == "FAILED" for t in row.fail_to_pass)
-    assert (await grade(row, diff)).reason.startswith("tamper screen: textkit/__init__.py:")
+    # Through the keyed channel the log is not read: the forged lines pay nothing, and the exit
+    # rules are not the screen's there (docs/modules/grading.md, the screen).
+    full = await grade(row, diff)
+    assert (full.reward, full.failure_kind, full.screen_findings) == (0.0, "model", [])
+    assert all(full.tests[t] == "FAILED" for t in row.fail_to_pass), full.reason
 
 
 async def test_fake_pytest_module_shadowing_the_runner(example_rows, make_diff, monkeypatch):

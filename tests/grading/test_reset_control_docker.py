@@ -83,7 +83,7 @@ async def test_diff_that_fills_the_disk_before_the_reset(example_rows, make_diff
         free = int((await prepared.sb.exec(avail)).stdout)
         await run_checked(prepared.sb, prepared.reset_script(row, []), "the probe's reset")
         need = free - int((await prepared.sb.exec(avail)).stdout)
-    assert need > len(fixture), need
+    assert need > len(fixture) // 2, need  # megabytes (the bundle it unpacks is freed again)
     # Leave half of what the reset takes: the apply needs the patch file (well under a quarter).
     diff = make_diff("slugify", {"textkit/blob.bin": bytes(free - need // 2)})
     assert len(diff) < need // 4, (len(diff), need)

@@ -114,10 +114,16 @@ async def test_in_process_forgeries_win_without_the_defences_and_lose_with_them(
             assert on.control == "fresh sandbox: a result" and "diff is at fault" in on.reason
         else:
             assert on.tampering and on.reason.startswith("tampering: "), (name, on.reason)
-        # The static screen alone (policy zero) names the line.
         assert (full.reward, full.failure_kind) == (0.0, "model"), (name, full.reason)
-        assert full.reason.startswith("tamper screen: textkit/__init__.py:"), (name, full.reason)
-        assert full.screen_findings and full.tampering == full.screen_findings
+        if name == "forged_summary_and_exit":  # an exit and a descriptor write: through the
+            # channel they forge nothing, so they are not the screen's on a plugin row
+            assert full.screen_findings == [] and "final result record never arrived" in full.reason
+        else:  # the static screen alone (policy zero) names the line
+            assert full.reason.startswith("tamper screen: textkit/__init__.py:"), (
+                name,
+                full.reason,
+            )
+            assert full.screen_findings and full.tampering == full.screen_findings
         assert on.screen_findings == full.screen_findings  # flag: recorded, not zeroed
 
 
