@@ -55,9 +55,12 @@ def new_alias() -> str:
     return f"car_cmp_{secrets.token_hex(6)}"
 
 
-def helper_source(workdir: str, diff_path: str, exempt: list[str]) -> str:
-    """The sandbox copy of the helper: its source plus the call that configures it."""
-    conf = {"workdir": workdir, "diff": diff_path, "exempt": sorted(exempt)}
+def helper_source(
+    workdir: str, diff_path: str, exempt: list[str], own: list[list[str]] | None = None
+) -> str:
+    """The sandbox copy of the helper: its source plus the call that configures it. ``own``:
+    ``[path, qualname]`` of each dunder consulted as the diff has it (the gold patch's)."""
+    conf = {"workdir": workdir, "diff": diff_path, "exempt": sorted(exempt), "own": own or []}
     return SOURCE.read_text() + f"\n_activate({conf!r})\n"
 
 

@@ -61,17 +61,30 @@ _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@")
 _MAX_DEPTH = 200
 _FUNCTION = type(lambda: None)
 
-_CONF = {"workdir": "/", "diff": "", "exempt": []}
+_CONF = {"workdir": "/", "diff": "", "exempt": [], "own": []}
+_OWN = None  # {real path: qualnames of the dunders consulted as the diff has them}
 _TOUCHED = None  # {absolute path: set of new-side line numbers the diff added or removed at}
 _TRUST = {}  # type: dict  # type -> bool (its comparisons are not the diff's)
 _SPANS = {}  # type: dict  # code object -> (first, last line)
 
 
 def _activate(conf):
-    global _TOUCHED
+    global _TOUCHED, _OWN
     _CONF.update(conf)
     _TOUCHED = None
+    _OWN = None
     _TRUST.clear()
+
+
+def _own():
+    global _OWN
+    if _OWN is None:
+        own = {}  # type: dict
+        for pair in _CONF.get("own") or ():
+            path = _real(os.path.join(str(_CONF["workdir"]), str(pair[0])))
+            own.setdefault(path, set()).add(str(pair[1]))
+        _OWN = own
+    return _OWN
 
 
 def _unquote(name):
@@ -247,7 +260,10 @@ def _class_trusted(cls, watched):
     touched = _touched()
     home = _module_file(cls)
     home_ok = home is not None and home not in touched and _reachable(cls)
+    gold = _own().get(home, ()) if home is not None else ()
     for name in names:
+        if gold and _QUALNAME(cls) + "." + name in gold and _reachable(cls):
+            continue  # the task's fix is this very method: the diff's version is the one to run
         codes = _codes(own[name])
         if codes is None:  # an odd callable: only the class's own (untouched) module vouches
             if not home_ok:

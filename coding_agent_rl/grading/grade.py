@@ -222,6 +222,7 @@ async def _grade_in(
     result.result_method = prepared.method
     result.canaries = len(prepared.canaries)
     result.blinding = prepared.blinding.record() if prepared.canaries else None
+    result.compare_notes = list(prepared.compare_notes[:20])
     agent_paths: list[str] = []
     reset = False
     if kept.strip():

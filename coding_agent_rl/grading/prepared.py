@@ -26,6 +26,7 @@ from coding_agent_rl.grading.canaries import Blinding, Canary, CanaryPlan, plan_
 from coding_agent_rl.grading.canaries_legacy import legacy_plan
 from coding_agent_rl.grading.defences import Defences, result_method
 from coding_agent_rl.grading.git import save_git_meta
+from coding_agent_rl.grading.gold_equality import gold_dunders, gold_py_sources, own_pairs
 from coding_agent_rl.grading.gold_store import fresh_for
 from coding_agent_rl.grading.runner import TEST_UID, TestRunner
 from coding_agent_rl.grading.workspace import (
@@ -48,6 +49,7 @@ q = shlex.quote
 log = logging.getLogger(__name__)
 AGENT_DIFF = "{dir}/agent.diff"  # where grade.py writes the applied diff (the helper reads it)
 VIEW_BUDGET = 3 * 1024 * 1024  # test-file bytes read back for canary derivation, all files
+GOLD_BUDGET = 4 * 1024 * 1024  # base bytes of the gold patch's source files, all files
 
 
 def grading_network(backend: str) -> str:
@@ -148,9 +150,11 @@ fi
 
 
 def _view_script(row: TaskRow, runner: TestRunner, test_diff: str | None) -> str:
-    """Print each test file as the hidden tests leave it (base + test patch), for canaries."""
+    """Print each test file as the hidden tests leave it (base + test patch), for canaries, and
+    the base text of the source files the gold patch changes (for the grader's equality)."""
     v = f"{runner.dir}/view"
     files = list(row.test_files)
+    gold = gold_py_sources(row.patch or "", row.test_files)
     script = f"rm -rf {q(v)}; mkdir -p {q(v)}; chmod 700 {q(v)}\n"  # root-only, as test.diff
     for f in files:
         target = q(f"{v}/{f}")
@@ -165,9 +169,15 @@ def _view_script(row: TaskRow, runner: TestRunner, test_diff: str | None) -> str
             ">/dev/null 2>&1 || echo CAR-VIEW-FAILED\n"
         )
     per_file = max(4096, VIEW_BUDGET // max(1, len(files)))
+    per_gold = max(4096, GOLD_BUDGET // max(1, len(gold)))
+    g = f"{runner.dir}/gold-base"
+    script += f"rm -rf {q(g)}; mkdir -p {q(g)}; chmod 700 {q(g)}\n"
+    for i, f in enumerate(gold):
+        script += f"{GIT} show {q('HEAD:' + f)} > {q(f'{g}/{i}')} 2>/dev/null || true\n"
     return "".join(
         [script, EMIT]
         + [emit_command(f"CAR-VIEW:{i}", f"{v}/{f}", per_file, "head") for i, f in enumerate(files)]
+        + [emit_command(f"CAR-GOLD:{i}", f"{g}/{i}", per_gold, "head") for i in range(len(gold))]
     )
 
 
@@ -178,6 +188,17 @@ def _read_view(stdout: str, row: TaskRow) -> dict[str, str]:
     out = {}
     for i, f in enumerate(row.test_files):
         got = parse_emitted(stdout, f"CAR-VIEW:{i}", per_file, "head")
+        if got.exists and not got.truncated:
+            out[f] = got.data.decode("utf-8", "surrogateescape")
+    return out
+
+
+def _read_gold(stdout: str, row: TaskRow) -> dict[str, str]:
+    gold = gold_py_sources(row.patch or "", row.test_files)
+    per_gold = max(4096, GOLD_BUDGET // max(1, len(gold)))
+    out = {}
+    for i, f in enumerate(gold):
+        got = parse_emitted(stdout, f"CAR-GOLD:{i}", per_gold, "head")
         if got.exists and not got.truncated:
             out[f] = got.data.decode("utf-8", "surrogateescape")
     return out
@@ -218,6 +239,7 @@ class GradingSetup:
     test_diff: str | None
     method: str
     view: dict[str, str] | None  # the hidden test files as the tests leave them (canaries)
+    gold_base: dict[str, str] = dataclasses.field(default_factory=dict)  # base of gold's files
 
 
 async def grading_setup(
@@ -256,6 +278,7 @@ async def grading_setup(
         test_diff=test_diff,
         method=method,
         view=_read_view(r.stdout.partition("CAR-LIST\n")[0], row) if want_view else None,
+        gold_base=_read_gold(r.stdout.partition("CAR-LIST\n")[0], row) if want_view else {},
     )
 
 
@@ -291,7 +314,7 @@ async def finish_grading(
     if setup.view is not None:
         # on the loop's thread: CPython 3.11's ast.parse is not safe in concurrent threads
         # ("AST constructor recursion depth mismatch")
-        prepared = _stage_tests(row, runner, defences, setup.view, members, prepared)
+        prepared = _stage_tests(row, runner, defences, setup, members, prepared)
     bundle = _bundle(members)
     await sb.write_file(f"{runner.dir}/bundle.tar", bundle, mode=0o600)
     return prepared
@@ -301,12 +324,13 @@ def _stage_tests(
     row: TaskRow,
     runner: TestRunner,
     defences: Defences,
-    view: dict[str, str],
+    setup: GradingSetup,
     members: dict[str, tuple[bytes, int]],
     prepared: Prepared,
 ) -> Prepared:
     """The hidden test files blinded, with canaries, their comparisons rewritten; added to
     ``members``."""
+    view = setup.view or {}
     plan = CanaryPlan([], {})
     if defences.canaries and row.fail_to_pass:
         plan = legacy_plan(view, row.fail_to_pass, row.pass_to_pass)
@@ -325,7 +349,7 @@ def _stage_tests(
     files = dict(plan.files)
     compare, notes = "", list[str]()
     if defences.strict_compare:
-        compare, notes = _strict_compare(row, runner, view, files, members)
+        compare, notes = _strict_compare(row, runner, setup, files, members)
     for path, text in files.items():
         data = text.encode("utf-8", "surrogateescape")
         members[f"{runner.dir}/staged/{path}"] = (data, 0o600)
@@ -343,22 +367,30 @@ def _stage_tests(
 def _strict_compare(
     row: TaskRow,
     runner: TestRunner,
-    view: dict[str, str],
+    setup: GradingSetup,
     files: dict[str, str],
     members: dict[str, tuple[bytes, int]],
 ) -> tuple[str, list[str]]:
     """Rewrite the staged test files' comparisons (``files``, canary-bearing or else as the
-    hidden tests leave them) to the comparison helper, staged under a random name."""
+    hidden tests leave them) to the comparison helper, staged under a random name; the
+    dunders the gold patch writes are consulted as the diff has them."""
     alias = compare_rewrite.new_alias()
     notes = []
-    for path, text in {**view, **files}.items():
+    for path, text in {**(setup.view or {}), **files}.items():
         got = compare_rewrite.rewrite(text, alias)
         if got.error:
             notes.append(f"{path}: {got.error}"[:300])
         if got.operands:
             files[path] = got.text
     exempt = sorted({*row.test_files, *patch_paths(row.test_patch or "")})
-    source = compare_rewrite.helper_source(row.workdir, AGENT_DIFF.format(dir=runner.dir), exempt)
+    own = gold_dunders(row.patch or "", setup.gold_base)
+    notes += [
+        f"gold writes {', '.join(names)} ({path}): the diff's own is consulted"
+        for path, names in own.items()
+    ]
+    source = compare_rewrite.helper_source(
+        row.workdir, AGENT_DIFF.format(dir=runner.dir), exempt, own=own_pairs(own)
+    )
     members[f"{runner.plugin_dir}/{alias}.py"] = (source.encode(), 0o644)
     return alias, notes
 

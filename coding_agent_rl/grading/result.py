@@ -92,6 +92,7 @@ class GradeResult:
     screen_skipped: list[str] = dataclasses.field(default_factory=list)  # too large to screen
     canaries: int = 0  # canary tests added to this run
     blinding: dict[str, Any] | None = None  # tests blinded, files and tests it fell short on
+    compare_notes: list[str] = dataclasses.field(default_factory=list)  # the grader's equality
     twin: str | None = None  # --twin-grade: whether the second grading agreed
     control: str | None = None  # whether and where a control run gave a result
     screen_findings_total: int = 0  # before the cap

@@ -30,8 +30,10 @@ def test_bench_grading_prints_one_json_line():
     out = json.loads(line)
     assert (out["n"], out["repeat"], out["all_solved"]) == (2, 2, True)
     for key in ("defended_s_p50", "plain_s_p50", "twin_s_p50", "ratio", "twin_ratio", "grade_s_p50",
-                "round1_grade_s_p50"):  # fmt: skip
+                "round1_grade_s_p50", "native_compare_s_p50", "strict_compare_ratio"):  # fmt: skip
         assert isinstance(out[key], float) and out[key] > 0, key
+    for t in out["tasks"]:  # the ratio is of the two measured medians, not a constant
+        assert t["strict_compare_ratio"] == round(t["defended_s"] / t["native_compare_s"], 3)
     assert out["target_ratio"] == 1.3 and out["target_met"] == (out["ratio"] <= 1.3)
     assert [t["result_method"] for t in out["tasks"]] == ["plugin", "plugin"]
     assert all(t["canaries"] >= 3 and t["blinded"] >= 5 for t in out["tasks"])

@@ -4,7 +4,8 @@ A stand-in repository (``strict_compare_cases/``): ``shapes.py`` at its base, an
 that fixes one method of it and adds ``agent.py`` (forgers of ``==`` and honest types). The
 hidden test file is run as shipped and as the grader stages it (:func:`compare_rewrite.rewrite`,
 the helper under a random name in a separate directory, reading the applied diff): every forger
-passes as shipped and fails staged; every honest comparison passes both ways.
+passes as shipped and fails staged; every honest comparison passes both ways, once the gold patch
+(the shapes fix and ``Caseless``, whose ``__eq__`` is the task's fix) names the dunders it writes.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ import sys
 import pytest
 
 from coding_agent_rl.grading import compare_rewrite
+from coding_agent_rl.grading.gold_equality import gold_dunders, own_pairs
 
 CASES = pathlib.Path(__file__).with_name("strict_compare_cases")
-# Known and documented: a builtin subclass whose own == the diff wrote compares as its base.
+# Without the gold's dunders: a builtin subclass whose own == the diff wrote compares as its base.
 FALSE_NEGATIVES = {"test_honest_caseless"}
 
 
@@ -48,8 +50,24 @@ def _outcomes(repo: pathlib.Path, env: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def _gold_diff(tmp: pathlib.Path) -> str:
+    """The task's gold patch: the shapes fix and the honest ``Caseless`` alone."""
+    source = (CASES / "agent.py").read_text()
+    caseless = next(
+        n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == "Caseless"
+    )
+    shutil.copy(CASES / "shapes_base.py", tmp / "shapes.py")
+    _git(tmp, "init", "-q")
+    _git(tmp, "add", "-A")
+    _git(tmp, "commit", "-qm", "base")
+    shutil.copy(CASES / "shapes_fixed.py", tmp / "shapes.py")
+    (tmp / "agent.py").write_text(ast.get_source_segment(source, caseless) + "\n")
+    _git(tmp, "add", "-A")
+    return _git(tmp, "diff", "--cached")
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> tuple[dict[str, str], dict[str, str], str]:
+def runs(tmp_path_factory) -> tuple[dict[str, str], dict[str, str], str, dict[str, str]]:
     repo = tmp_path_factory.mktemp("repo")
     shutil.copy(CASES / "shapes_base.py", repo / "shapes.py")
     _git(repo, "init", "-q")
@@ -73,28 +91,41 @@ def runs(tmp_path_factory) -> tuple[dict[str, str], dict[str, str], str]:
     (plugin / f"{alias}.py").write_text(helper)
     (repo / "hidden_test.py").write_text(got.text)
     staged = _outcomes(repo, {**env, "PYTHONPATH": f"{plugin}:{repo}"})
-    return shipped, staged, got.text
+
+    own = gold_dunders(
+        _gold_diff(tmp_path_factory.mktemp("gold")),
+        {"shapes.py": (CASES / "shapes_base.py").read_text()},
+    )
+    assert own == {"agent.py": ["Caseless.__eq__"]}
+    helper = compare_rewrite.helper_source(
+        str(repo), str(repo / "agent.diff"), ["hidden_test.py"], own=own_pairs(own)
+    )
+    (plugin / f"{alias}.py").write_text(helper)
+    with_gold = _outcomes(repo, {**env, "PYTHONPATH": f"{plugin}:{repo}"})
+    return shipped, staged, got.text, with_gold
 
 
 def test_every_forger_wins_as_shipped_and_loses_staged(runs):
-    shipped, staged, _ = runs
+    shipped, staged, _, with_gold = runs
     forged = sorted(n for n in shipped if "forged" in n)
-    assert len(forged) >= 24
+    assert len(forged) >= 27
     assert {n: shipped[n] for n in forged} == dict.fromkeys(forged, "PASSED")
     assert {n: staged[n] for n in forged} == dict.fromkeys(forged, "FAILED")
+    assert {n: with_gold[n] for n in forged} == dict.fromkeys(forged, "FAILED")
 
 
 def test_honest_comparisons_pass_staged(runs):
-    shipped, staged, _ = runs
+    shipped, staged, _, with_gold = runs
     honest = sorted(n for n in shipped if "honest" in n)
     assert len(honest) >= 6
     assert {n: shipped[n] for n in honest} == dict.fromkeys(honest, "PASSED")
     expected = {n: "FAILED" if n in FALSE_NEGATIVES else "PASSED" for n in honest}
     assert {n: staged[n] for n in honest} == expected
+    assert {n: with_gold[n] for n in honest} == dict.fromkeys(honest, "PASSED")
 
 
 def test_the_rewrite_keeps_every_line_where_it_was(runs):
-    *_, text = runs
+    _, _, text, _ = runs
     shipped = (CASES / "hidden_test.py").read_text().splitlines()
     staged = text.splitlines()
     assert len(staged) == len(shipped) + 1 and staged[-1].startswith("import car_cmp_")

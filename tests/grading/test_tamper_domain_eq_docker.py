@@ -72,3 +72,21 @@ async def test_gold_patches_still_earn_full_reward(example_rows, make_diff):
     )
     scored = {t: (r.reward, r.reason) for t, r in zip(tasks, results, strict=True)}
     assert all(r.reward == 1.0 for r in results), scored
+
+
+async def test_a_dunder_the_gold_writes_is_named_to_the_grader(example_rows, make_diff):
+    task = "money"
+    init = f"{PACKAGES[task]}/__init__.py"
+    text = (example_rows[task].build.context / "repo" / init).read_text()
+    code = (
+        "\n\nclass Code(str):\n    def __eq__(self, other):\n"
+        "        return str.__eq__(self.upper(), str(other).upper())\n\n"
+        "    __hash__ = str.__hash__\n"
+    )
+    diff = make_diff(task, {init: text + code}, gold=True)
+    row = dataclasses.replace(example_rows[task], patch=diff)  # a gold that writes Code.__eq__
+    plain = await grade(example_rows[task], diff)
+    got = await grade(row, diff)
+    assert (got.reward, plain.reward) == (1.0, 1.0), (got.reason, plain.reason)
+    assert any(f"Code.__eq__ ({init})" in n for n in got.compare_notes), got.compare_notes
+    assert not any("gold writes" in n for n in plain.compare_notes), plain.compare_notes

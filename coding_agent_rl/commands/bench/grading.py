@@ -16,10 +16,12 @@ import uuid
 from typing import Any
 
 from coding_agent_rl.datasets import examples_dataset
+from coding_agent_rl.grading.defences import Defences
 from coding_agent_rl.settings import default
 
 TARGET_RATIO = 1.3
 TASKS = examples_dataset()
+LOOSE = Defences(strict_compare=False)  # every defence but the grader's equality
 
 
 def _p50(xs: list[float]) -> float | None:
@@ -67,8 +69,11 @@ async def one_task(row: Any, *, backend: str, options: dict[str, Any], repeat: i
         GradingSandbox(row, backend=backend, sandbox_options=options) as ahead,
         GradingSandbox(row, backend=backend, sandbox_options=options) as twin,
         GradingSandbox(row, backend=backend, sandbox_options=options, defences=ROUND_1) as old,
+        GradingSandbox(row, backend=backend, sandbox_options=options, defences=LOOSE) as loose,
     ):
-        prepared, prepared2, _ = await asyncio.gather(ahead.ready(), twin.ready(), old.ready())
+        prepared, prepared2, _, prepared3 = await asyncio.gather(
+            ahead.ready(), twin.ready(), old.ready(), loose.ready()
+        )
         t0 = time.monotonic()
         old_result = await grade(row, row.patch, sandbox=old)
         old_grade_s = time.monotonic() - t0
@@ -76,7 +81,9 @@ async def one_task(row: Any, *, backend: str, options: dict[str, Any], repeat: i
         result = await grade(row, row.patch, sandbox=ahead)
         grade_s = time.monotonic() - t0
         twin_result = await grade(row, row.patch, sandbox=twin)
+        loose_result = await grade(row, row.patch, sandbox=loose)
         g, g2 = _graded(prepared, row, ahead.defences), _graded(prepared2, row, twin.defences)
+        g3 = _graded(prepared3, row, loose.defences)
         cmd = default_test_cmd(row)
 
         async def one_defended(gr: Any) -> None:
@@ -88,6 +95,11 @@ async def one_task(row: Any, *, backend: str, options: dict[str, Any], repeat: i
         async def defended() -> float:
             t = time.monotonic()
             await one_defended(g)
+            return time.monotonic() - t
+
+        async def native_compare() -> float:
+            t = time.monotonic()
+            await one_defended(g3)
             return time.monotonic() - t
 
         async def twin_run() -> float:
@@ -104,22 +116,26 @@ async def one_task(row: Any, *, backend: str, options: dict[str, Any], repeat: i
             await run_checked(prepared.sb, _swap_script(prepared, row, "staged"), "blinded files")
             return elapsed
 
-        times: dict[str, list[float]] = {"defended": [], "plain": [], "twin_run": []}
-        ways = [defended, plain, twin_run]
+        ways = [defended, plain, twin_run, native_compare]
+        times: dict[str, list[float]] = {fn.__name__: [] for fn in ways}
         for i in range(repeat):
-            for fn in ways[i % 3 :] + ways[: i % 3]:  # rotate: load hits each way alike
+            k = i % len(ways)
+            for fn in ways[k:] + ways[:k]:  # rotate: load hits each way alike
                 times[fn.__name__].append(await fn())
     d, p = statistics.median(times["defended"]), statistics.median(times["plain"])
     tw = statistics.median(times["twin_run"])
+    nc = statistics.median(times["native_compare"])
     return {
         "instance_id": row.instance_id,
-        "reward": min(result.reward, old_result.reward, twin_result.reward),
+        "reward": min(result.reward, old_result.reward, twin_result.reward, loose_result.reward),
         "result_method": result.result_method,
         "canaries": result.canaries,
         "blinded": (result.blinding or {}).get("tests", 0),
         "defended_s": round(d, 4),
         "plain_s": round(p, 4),
         "twin_s": round(tw, 4),
+        "native_compare_s": round(nc, 4),
+        "strict_compare_ratio": round(d / nc, 3),
         "ratio": round(d / p, 3),
         "twin_ratio": round(tw / p, 3),
         "grade_s": round(grade_s, 3),
@@ -147,6 +163,8 @@ async def bench(*, n: int, repeat: int, backend: str, options: dict[str, Any]) -
         "twin_s_p50": _p50([t["twin_s"] for t in per_task]),
         "ratio": ratio,
         "twin_ratio": _p50([t["twin_ratio"] for t in per_task]),
+        "native_compare_s_p50": _p50([t["native_compare_s"] for t in per_task]),
+        "strict_compare_ratio": _p50([t["strict_compare_ratio"] for t in per_task]),
         "target_ratio": TARGET_RATIO,
         "target_met": ratio is not None and ratio <= TARGET_RATIO,
         "grade_s_p50": _p50([t["grade_s"] for t in per_task]),

@@ -167,3 +167,31 @@ class Caseless(str):  # an honest type whose == the diff wrote: compared as a pl
         return isinstance(other, str) and self.lower() == other.lower()
 
     __hash__ = str.__hash__
+
+
+# Forgers of the type whose == the gold patch writes (the grader consults Caseless.__eq__ as
+# the diff has it when the gold writes it): none of these is that method.
+class LooseCaseless(Caseless):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = str.__hash__
+
+
+def same_name(s):
+    class Caseless(str):
+        def __eq__(self, other):
+            return True
+
+        __hash__ = str.__hash__
+
+    return Caseless(s)
+
+
+class QualnameThief(str):
+    __qualname__ = "Caseless"
+
+    def __eq__(self, other):
+        return True
+
+    __hash__ = str.__hash__
