@@ -18,13 +18,16 @@ import sys
 import time
 from typing import Any
 
-from coding_agent_rl.datasets.environment import name_of
+from coding_agent_rl.datasets.environment import Requirement, name_of
 from coding_agent_rl.datasets.recipes import CONSTRAINTS, REQUIREMENTS, Recipe
 from coding_agent_rl.images.common import ImageBuildError
 from coding_agent_rl.images.docker_build import raise_if_cancelled
 from coding_agent_rl.images.failure import root_cause
 
-_MISSING = re.compile(r"No matching distribution found for (\S+)")
+_MISSING = re.compile(
+    r"No matching distribution found for (\S+)"
+    r"|Cannot install (\S+) because these package versions have conflicting dependencies"
+)
 MAX_FIXES = 12  # sdist builds or drops before giving up
 
 
@@ -104,7 +107,10 @@ def download(
     repo_dir, dest = repo_dir.resolve(), dest.resolve()
     result = WheelSet()
     reqs, cons = dest / REQUIREMENTS, dest / CONSTRAINTS
-    by_name = {r.name: r for r in recipe.all_requirements()}
+    by_name: dict[str, Requirement] = {}
+    for r in recipe.all_requirements():  # optional only where every declaration of it is
+        if r.name not in by_name or by_name[r.name].optional:
+            by_name[r.name] = r
     pins = {n: src for n, _, src in recipe.pins}
     tried: set[str] = set()
     while True:
@@ -119,12 +125,11 @@ def download(
         if r.returncode == 0:
             break
         found = _MISSING.search(r.stderr)
-        name = name_of(found.group(1)) if found else ""
+        spec = (found.group(1) or found.group(2)) if found else ""
+        name = name_of(spec)
         if not found or name in tried or len(tried) >= MAX_FIXES:
             _fail(r, "pip download", cmd, env, repo_dir, log_path)
-        assert found
         tried.add(name)
-        spec = found.group(1)
         if build_sdist(spec, dest, cons, env, repo_dir, log_path):
             result.built_from_sdist.append(spec)
             continue

@@ -44,9 +44,10 @@ class Requirement:
         return name_of(self.spec)
 
 
-def requirement(spec: str, source: str) -> Requirement:
-    """A requirement, optional when it names a tool tests never need."""
-    return Requirement(spec.strip(), source, bool(_NOT_FOR_TESTS.match(name_of(spec))))
+def requirement(spec: str, source: str, optional: bool = False) -> Requirement:
+    """A requirement, optional when it names a tool tests never need (or ``optional``: it comes
+    from a docs or lint declaration)."""
+    return Requirement(spec.strip(), source, optional or bool(_NOT_FOR_TESTS.match(name_of(spec))))
 
 
 @dataclasses.dataclass

@@ -27,6 +27,9 @@ TOP = (
 IN_FOLDER = ("test.txt", "tests.txt", "testing.txt", "dev.txt")  # under requirements/
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;]+)\s*(;.*)?$")
 _EXTRAS = re.compile(r"^(.*?)(\[([^\]]*)\])?$")
+# A file for the docs or lint environment (requirements/docs.txt, requirements-typing.txt): what
+# only it declares is optional, even when a dev file pulls it in with -r.
+_NOT_FOR_TESTS_FILE = re.compile(r"(^|[-_/])(docs?|documentation|typing|lint|style|mypy)(\.|[-_/])")
 
 
 def _lines(path: pathlib.Path) -> list[str]:
@@ -44,9 +47,15 @@ def _lines(path: pathlib.Path) -> list[str]:
 
 
 def read_file(
-    path: pathlib.Path, repo: pathlib.Path, into: Declared, seen: set[pathlib.Path], pins: bool
+    path: pathlib.Path,
+    repo: pathlib.Path,
+    into: Declared,
+    seen: set[pathlib.Path],
+    pins: bool,
+    optional: bool = False,
 ) -> None:
-    """Add ``path``'s requirements (``pins``: its ``==`` lines are constraints only) to ``into``."""
+    """Add ``path``'s requirements (``pins``: its ``==`` lines are constraints only; ``optional``:
+    they are not for tests) to ``into``."""
     path = path.resolve()
     if path in seen:
         return
@@ -59,12 +68,14 @@ def read_file(
     if not path.is_file():
         raise DeclarationError(f"{rel}: named by -r/-c but missing")
     into.sources.append(rel)
+    optional = optional or bool(_NOT_FOR_TESTS_FILE.search(rel))
     compiled = "pip-compile" in path.read_text(errors="replace")[:2000]
     for line in _lines(path):
         option, _, arg = line.partition(" ")
         arg = arg.strip()
         if option in ("-r", "--requirement", "-c", "--constraint"):
-            read_file(path.parent / arg, repo, into, seen, pins or option.startswith(("-c", "--c")))
+            c = pins or option.startswith(("-c", "--c"))
+            read_file(path.parent / arg, repo, into, seen, c, optional)
         elif option in ("-e", "--editable") or line.startswith((".", "/")):
             target = arg if option in ("-e", "--editable") else line
             where, _, extras = _EXTRAS.match(target).groups()  # type: ignore[union-attr]
@@ -81,7 +92,7 @@ def read_file(
             if m and (pins or compiled):
                 into.pins.setdefault(canonical(m.group(1)), (m.group(3), rel))
             if not pins:
-                into.requirements.append(requirement(line, rel))
+                into.requirements.append(requirement(line, rel, optional))
 
 
 def add_line(line: str, repo: pathlib.Path, into: Declared) -> None:
