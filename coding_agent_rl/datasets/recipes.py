@@ -138,7 +138,7 @@ def from_spec(source: str, spec: dict[str, Any], repo_dir: pathlib.Path) -> Reci
         notes.append(f"spec asks for Python {spec['python']}; the image's Python is used")
     install = str(spec.get("install") or "")
     declared = Declared()
-    seen: set[pathlib.Path] = set()
+    seen: set[tuple[pathlib.Path, bool]] = set()
     for f in files:
         req_files.read_file(repo_dir / f, repo_dir, declared, seen, pins=False)
     extras = tuple(dict.fromkeys((*_extras_of(install), *declared.extras)))

@@ -193,7 +193,8 @@ def _read_view(stdout: str, row: TaskRow) -> dict[str, str]:
     return out
 
 
-def _read_gold(stdout: str, row: TaskRow) -> dict[str, str]:
+def _gold_own(stdout: str, row: TaskRow) -> dict[str, list[str]]:
+    """The dunders the gold patch writes (:func:`gold_dunders`), from the base text printed."""
     gold = gold_py_sources(row.patch or "", row.test_files)
     per_gold = max(4096, GOLD_BUDGET // max(1, len(gold)))
     out = {}
@@ -201,7 +202,7 @@ def _read_gold(stdout: str, row: TaskRow) -> dict[str, str]:
         got = parse_emitted(stdout, f"CAR-GOLD:{i}", per_gold, "head")
         if got.exists and not got.truncated:
             out[f] = got.data.decode("utf-8", "surrogateescape")
-    return out
+    return gold_dunders(row.patch or "", out)
 
 
 def protocol_files(row: TaskRow, runner: TestRunner) -> dict[str, tuple[bytes, int]]:
@@ -239,7 +240,7 @@ class GradingSetup:
     test_diff: str | None
     method: str
     view: dict[str, str] | None  # the hidden test files as the tests leave them (canaries)
-    gold_base: dict[str, str] = dataclasses.field(default_factory=dict)  # base of gold's files
+    gold_own: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # gold's dunders
 
 
 async def grading_setup(
@@ -278,7 +279,7 @@ async def grading_setup(
         test_diff=test_diff,
         method=method,
         view=_read_view(r.stdout.partition("CAR-LIST\n")[0], row) if want_view else None,
-        gold_base=_read_gold(r.stdout.partition("CAR-LIST\n")[0], row) if want_view else {},
+        gold_own=_gold_own(r.stdout.partition("CAR-LIST\n")[0], row) if want_view else {},
     )
 
 
@@ -383,7 +384,7 @@ def _strict_compare(
         if got.operands:
             files[path] = got.text
     exempt = sorted({*row.test_files, *patch_paths(row.test_patch or "")})
-    own = gold_dunders(row.patch or "", setup.gold_base)
+    own = setup.gold_own
     notes += [
         f"gold writes {', '.join(names)} ({path}): the diff's own is consulted"
         for path, names in own.items()

@@ -74,19 +74,29 @@ async def test_gold_patches_still_earn_full_reward(example_rows, make_diff):
     assert all(r.reward == 1.0 for r in results), scored
 
 
-async def test_a_dunder_the_gold_writes_is_named_to_the_grader(example_rows, make_diff):
-    task = "money"
-    init = f"{PACKAGES[task]}/__init__.py"
-    text = (example_rows[task].build.context / "repo" / init).read_text()
-    code = (
-        "\n\nclass Code(str):\n    def __eq__(self, other):\n"
-        "        return str.__eq__(self.upper(), str(other).upper())\n\n"
-        "    __hash__ = str.__hash__\n"
+async def test_a_dunder_the_gold_writes_is_consulted_as_the_diff_has_it(example_rows, make_diff):
+    """A gold patch that also rewrites an existing dunder's body (``DateRange.__contains__``,
+    found only with the base text the sandbox's set-up prints): the same diff, graded for that
+    gold, names the method and earns 1.0; graded for the row's own gold it scores 0 (the limit
+    docs/modules/grading.md names)."""
+    task, path = "daterange", "daterange/ranges.py"
+    text = (example_rows[task].build.context / "repo" / path).read_text()
+    gold = example_rows[task].patch or ""
+    assert "__contains__" not in gold
+    body = "        return self.start <= day <= self.end\n"
+    assert body in text
+    fixed = text.replace(body, "        return self.start <= day and day <= self.end\n").replace(
+        "self.start < other.end and other.start < self.end",
+        "self.start <= other.end and other.start <= self.end",
     )
-    diff = make_diff(task, {init: text + code}, gold=True)
-    row = dataclasses.replace(example_rows[task], patch=diff)  # a gold that writes Code.__eq__
-    plain = await grade(example_rows[task], diff)
-    got = await grade(row, diff)
-    assert (got.reward, plain.reward) == (1.0, 1.0), (got.reason, plain.reason)
-    assert any(f"Code.__eq__ ({init})" in n for n in got.compare_notes), got.compare_notes
+    diff = make_diff(task, {path: fixed})
+    row = dataclasses.replace(example_rows[task], patch=diff)  # this gold writes __contains__
+    got, plain = await asyncio.gather(grade(row, diff), grade(example_rows[task], diff))
+    assert got.reward == 1.0, got.reason
+    assert any(f"DateRange.__contains__ ({path})" in n for n in got.compare_notes), (
+        got.compare_notes
+    )
     assert not any("gold writes" in n for n in plain.compare_notes), plain.compare_notes
+    # The documented limit: for the row's own gold (which leaves __contains__ alone) the same
+    # honest rewrite is not consulted, and the membership test fails.
+    assert (plain.reward, plain.failure_kind) == (0.0, "model"), plain.reason

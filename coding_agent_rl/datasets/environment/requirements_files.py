@@ -50,25 +50,30 @@ def read_file(
     path: pathlib.Path,
     repo: pathlib.Path,
     into: Declared,
-    seen: set[pathlib.Path],
+    seen: set[tuple[pathlib.Path, bool]],
     pins: bool,
     optional: bool = False,
 ) -> None:
     """Add ``path``'s requirements (``pins``: its ``==`` lines are constraints only; ``optional``:
-    they are not for tests) to ``into``."""
+    they are not for tests) to ``into``. ``seen``: (file, optional) pairs read; a file shared by
+    a docs file and a test file is read again for the tests, so what it declares is required."""
     path = path.resolve()
-    if path in seen:
+    if (path, False) in seen or (path, optional) in seen:
         return
-    seen.add(path)
     try:
         rel = str(path.relative_to(repo.resolve()))
     except ValueError:
+        seen.add((path, optional))
         into.notes.append(f"{path}: outside the repository, not read")
         return
+    optional = optional or bool(_NOT_FOR_TESTS_FILE.search(rel))
+    if (path, optional) in seen:
+        return
+    seen.add((path, optional))
     if not path.is_file():
         raise DeclarationError(f"{rel}: named by -r/-c but missing")
-    into.sources.append(rel)
-    optional = optional or bool(_NOT_FOR_TESTS_FILE.search(rel))
+    if rel not in into.sources:
+        into.sources.append(rel)
     compiled = "pip-compile" in path.read_text(errors="replace")[:2000]
     for line in _lines(path):
         option, _, arg = line.partition(" ")
@@ -112,7 +117,7 @@ def add_line(line: str, repo: pathlib.Path, into: Declared) -> None:
 
 def read(repo: pathlib.Path) -> Declared:
     found = Declared()
-    seen: set[pathlib.Path] = set()
+    seen: set[tuple[pathlib.Path, bool]] = set()
     files = [repo / f for f in TOP] + [repo / "requirements" / f for f in IN_FOLDER]
     for path in files:
         if path.is_file():
