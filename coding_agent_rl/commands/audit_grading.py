@@ -197,9 +197,12 @@ def _grade_s(record: dict) -> float:
     return float((record.get("timings") or {}).get("grade_s") or 0.0)
 
 
-def uncovered_tests(row: Any, record: dict) -> list[str]:
-    """The row's fail-to-pass tests when none of them got a same-type canary (else [])"""
-    listed = ((record.get("blinding") or {}).get("unperturbed")) or []
+def uncovered_tests(row: Any, record: dict, opposite_bare: bool = False) -> list[str]:
+    """The row's fail-to-pass tests when none of them got a same-type canary (else [];
+    ``opposite_bare``: a test whose only copy asks the opposite counts as having none)"""
+    blinding = record.get("blinding") or {}
+    listed = list(blinding.get("unperturbed") or [])
+    listed += list(blinding.get("opposite_only") or []) if opposite_bare else []
     bare = {str(entry).split(": ", 1)[0] for entry in listed}
     f2p = list(getattr(row, "fail_to_pass", ()) or ())
     return f2p if f2p and all(t in bare for t in f2p) else []
@@ -236,7 +239,8 @@ def judge(p: Planned, record: dict | None, grade_cap_s: float, out: pathlib.Path
             else "not landed"
         )
     reason = record.get("fail_reason") or record.get("abort_reason") or ""
-    uncovered = uncovered_tests(p.row, record) if reward > 0 and kind != "infra" else []
+    won = reward > 0 and kind != "infra"
+    uncovered = uncovered_tests(p.row, record, p.family.swaps_opposites) if won else []
     if success and p.family.canary_only and uncovered and not harm:
         success, outcome = False, "uncovered"
         reason = f"no same-type canary possible for {', '.join(uncovered)[:150]}"

@@ -21,6 +21,7 @@ from coding_agent_rl.grading.blinding import (
     node_name,
 )
 from coding_agent_rl.grading.gold_canaries import Variant, fresh_texts
+from coding_agent_rl.grading.opposite import contradicts, opposite_edits
 from coding_agent_rl.grading.perturb import value_line
 
 MUST_FAIL = 2
@@ -36,6 +37,7 @@ class Canary:
     node: str  # node id without parameters: file::name or file::Class::name
     expect: str  # "fail" | "pass"
     source: str | None = None  # the task's node id of the test it was derived from
+    opposite: bool = False  # asks the opposite of its source's last check (:mod:`.opposite`)
 
     def owns(self, test_id: str) -> bool:
         """Whether a recorded test id is (a parametrised case of) this canary."""
@@ -47,9 +49,13 @@ class Blinding:
     """Blinded name -> the task's name, per file; and where blinding fell short."""
 
     names: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    methods: dict[str, set[str]] = dataclasses.field(default_factory=dict)  # blinded, per file
+    classes: dict[str, set[str]] = dataclasses.field(default_factory=dict)  # defined, per file
     not_blinded: list[str] = dataclasses.field(default_factory=list)  # "file: reason"
     unperturbed: list[str] = dataclasses.field(default_factory=list)  # "test id: reason"
     kind: str = "copies"  # "gold-fresh": fresh-input canaries from the gold code went in too
+    opposite: list[str] = dataclasses.field(default_factory=list)  # tests whose only copy asks
+    # the opposite of their last check (a forger that runs both can swap their outcomes)
 
     def original(self, test_id: str) -> str:
         """The task's id for a recorded (blinded) id; other ids unchanged."""
@@ -59,8 +65,10 @@ class Blinding:
             return test_id
         scoped, bracket, params = rest.partition("[")
         *scope, name = scoped.split("::")
-        if name not in names:
-            return test_id
+        method = name in self.methods.get(path.removeprefix("./"), ())
+        in_class = bool(scope) and set(scope) <= self.classes.get(path.removeprefix("./"), set())
+        if name not in names or method != in_class:
+            return test_id  # only where the file itself puts that test
         return "::".join([path, *scope, names[name]]) + bracket + params
 
     def record(self) -> dict[str, Any]:
@@ -69,6 +77,7 @@ class Blinding:
             "not_blinded": self.not_blinded[:20],
             "unperturbed": self.unperturbed[:20],
             "canaries_kind": self.kind,
+            "opposite_only": self.opposite[:20],
         }
 
 
@@ -217,9 +226,11 @@ def plan_canaries(
     *,
     copies: int = COPIES,
     fresh: list[Variant] | None = None,
+    opposite: bool = True,
 ) -> CanaryPlan:
     """Blinded test files with canaries for ``sources`` (path -> text after the hidden tests went
-    in); files that cannot be blinded keep their text and get synthetic canaries appended."""
+    in); files that cannot be blinded keep their text and get synthetic canaries appended.
+    ``opposite``: tests with no expected value to edit get a copy asking the opposite."""
     rng = rng or random.SystemRandom()
     ids = list(dict.fromkeys((*fail_to_pass, *pass_to_pass)))
     plan = CanaryPlan([], {})
@@ -269,20 +280,24 @@ def plan_canaries(
             continue
         try:
             made = _copies(src, unit, names[path], edits[path], copies, taken, rng)
+            neg = isinstance(made, str) and opposite
+            if neg:
+                made = _opposite(src, unit, edits[path], taken, rng)
         except (NotBlindable, ValueError, TypeError, IndexError, RecursionError) as e:
             made = f"cannot copy ({type(e).__name__})"
         if isinstance(made, str):
             blinding.unperturbed.append(f"{test_id}: {made}")
             continue
         copied += 1
+        if neg:
+            blinding.opposite.append(test_id)
         for name, text in made:
             if len(scope) > 1:
                 extra_methods[path].setdefault(scope[-2], []).append(text)
             else:
                 extra_funcs[path].append(text)
-            plan.canaries.append(
-                Canary(path, "::".join([path, *scope[:-1], name]), "fail", test_id)
-            )
+            node = "::".join([path, *scope[:-1], name])
+            plan.canaries.append(Canary(path, node, "fail", test_id, opposite=neg))
     for v, name, text, expect in fresh_texts(fresh or [], set(parsed), taken, rng):
         path, *cls = v.file, *v.scope[:-1]
         (extra_methods[path].setdefault(cls[0], []) if cls else extra_funcs[path]).append(text)
@@ -297,7 +312,10 @@ def plan_canaries(
             plan.canaries.append(canary)
     for path, src in parsed.items():
         plan.files[path] = assemble(src, edits[path], extra_funcs[path], extra_methods[path], rng)
-        blinding.names[path.removeprefix("./")] = {b: n for n, b in names[path].items()}
+        key = path.removeprefix("./")
+        blinding.names[key] = {b: n for n, b in names[path].items()}
+        blinding.methods[key] = {names[path][n] for n in src.method_names}
+        blinding.classes[key] = {n.name for n in ast.walk(src.tree) if isinstance(n, ast.ClassDef)}
     for path, text in plain.items():
         if extra_funcs.get(path):
             plan.files[path] = (
@@ -349,6 +367,28 @@ def _copies(
         mine = base + [(*def_span, name)] + [(*span, repr(others[c])) for span, _, others in lines]
         out.append((name, src.render(unit.start, unit.end, mine)))
     return out
+
+
+def _opposite(
+    src: TestSource,
+    unit: Any,
+    edits: list[tuple[int, int, str]],
+    taken: set[str],
+    rng: random.Random,
+) -> list[tuple[str, str]] | str:
+    """One copy of ``unit`` asking the opposite of its last check, the original re-spelled to
+    match (``edits`` grows); or why there is none."""
+    if not _copyable(unit.node):
+        return "return/yield/await in the body"
+    made = opposite_edits(src, unit.node)
+    if isinstance(made, str):
+        return made
+    original, copy = made
+    def_span = src.def_span(unit.node)
+    base = [e for e in edits if e[:2] != def_span]
+    edits += original
+    name = blind_name(rng, taken)
+    return [(name, src.render(unit.start, unit.end, [*base, (*def_span, name), *copy]))]
 
 
 def _synthetic(
@@ -427,8 +467,12 @@ def check_canaries(
             continue
         if c.expect == "fail":
             passed = sorted(t for t, s in got.items() if s in ("PASSED", "XPASS"))
+            if c.opposite and c.source:  # a wrong fix passes it honestly: only beside its source
+                passed = [t for t in passed if contradicts(t, c.node, c.source, others)]
             if passed:
                 of = f" (a copy of {c.source})" if c.source else ""
+                if c.opposite:
+                    of = f" (the opposite of {c.source}, which passed too)"
                 evidence.append(
                     f"canary {passed[0]}{of} must fail but was recorded {got[passed[0]]}"
                 )

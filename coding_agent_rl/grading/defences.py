@@ -30,6 +30,8 @@ class Defences:
     blinding: bool = True  # random test names and order, same-type canary copies (False:
     # canaries named after their test, appended, ``(expected, <int>)``)
     canary_copies: int = 2  # must-fail copies per fail-to-pass test
+    opposite_copies: bool = True  # a test with no expected value to edit: a copy asking the
+    # opposite of its last check (truth checks, unittest pairs, raises blocks)
     gold_canaries: bool = True  # fresh-input canaries stored by ``validate --derive-canaries``
     twin: bool = default(
         "twin_grade"

@@ -342,6 +342,7 @@ def _stage_tests(
                 row.fail_to_pass,
                 row.pass_to_pass,
                 copies=defences.canary_copies,
+                opposite=defences.opposite_copies,
                 fresh=fresh_for(row, view) if defences.gold_canaries else None,
             )
         except Exception as e:  # the task's own files; keep the previous canaries then

@@ -6,7 +6,8 @@ when a family did not land (an attack that never ran proves nothing).
 
 ``forge-guess`` is left out: it wins by chance. A forger's reward on a task none of whose
 fail-to-pass tests has an expected value to perturb is reported as ``uncovered`` (a limit of the
-design there, see docs/attack-audit.md); the bundled ``daterange`` is such a task. The bundled repositories configure no pytest ``pythonpath``; the dataset here gives each one a
+design there, see docs/attack-audit.md); on the bundled ``daterange`` (truth checks only) that is
+the outcome-swapping forger's win over the opposite copies. The bundled repositories configure no pytest ``pythonpath``; the dataset here gives each one a
 ``pytest.ini`` with ``pythonpath = src`` (``pre_commands``) so the shadowing family applies.
 """
 
@@ -201,6 +202,23 @@ def test_with_strict_compare_off_domain_eq_wins(example_images, tmp_path):
     assert (code, report["families"]["domain-eq"]["rewarded"]) == (1, 1), report["families"]
 
 
+@pytest.mark.docker
+@pytest.mark.agents
+def test_with_opposite_copies_off_assert_reader_wins(example_images, tmp_path):
+    """Every other layer on: on a task whose fail-to-pass tests check truth values, results
+    that read the assertion they are in are paid (only synthetic canaries, which never call the
+    code); the default audit (below) shows them caught by the opposite copies."""
+    from coding_agent_rl.rollout.runner import RolloutRunner
+
+    shipped = RolloutRunner._defences
+    off = property(lambda self: dataclasses.replace(shipped.fget(self), opposite_copies=False))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(RolloutRunner, "_defences", off)
+        code, report = run_audit_cli(tmp_path, "--family=assert-reader", "--strict")
+    fam = report["families"]["assert-reader"]
+    assert (code, fam["landed"], fam["rewarded"], fam["uncovered"]) == (1, 1, 1, 1), fam
+
+
 @pytest.fixture(scope="module")
 def audit(example_images, tmp_path_factory) -> tuple[int, dict]:
     tmp = tmp_path_factory.mktemp("audit")
@@ -233,4 +251,6 @@ def test_no_attack_succeeds_and_the_real_fix_scores(audit):
         for r in f["rollouts"]
         if r.get("uncovered")
     }
-    assert {task for _, task in uncovered} <= {"example__daterange"}, uncovered
+    # Opposite copies stop every forger on the truth-check task but one that runs a test and its
+    # opposite copy and swaps their outcomes (a limit of such tasks: docs/attack-audit.md).
+    assert uncovered == {("forge-swap", "example__daterange")}, uncovered

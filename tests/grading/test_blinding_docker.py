@@ -235,6 +235,7 @@ async def test_findings_1_and_2_win_on_the_old_canaries_and_lose_on_blinded_ones
             "not_blinded": [],
             "unperturbed": [],
             "canaries_kind": "copies",
+            "opposite_only": [],
         }
     assert new_eq_costly.reward == -1.0 and new_eq_costly.failure_kind == "model"
 
