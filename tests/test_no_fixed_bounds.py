@@ -23,12 +23,6 @@ ALLOWED: dict[tuple[str, str], str] = {
 }
 # Known fixed bounds still to be replaced (each is a bug to fix, not an exception to keep).
 PENDING: dict[tuple[str, str], str] = {
-    ("rollout/test_slime_fidelity.py", "latency < ABORT_BUDGET_S"): (
-        "fixed bound: make it relative (the hung tests' own duration)"
-    ),
-    ("rollout/test_slime_fidelity.py", "asyncio.sleep(8)"): (
-        "phase-sleep: poll for the hung grading tests (docker top did not show pytest)"
-    ),
     (
         "adapter/test_real_agents.py",
         "asyncio.get_running_loop().time() - started < 60",
@@ -46,10 +40,6 @@ PENDING: dict[tuple[str, str], str] = {
         "run.duration_s < 100",
     ): "fixed bound: make it relative to a baseline measured in the test",
     (
-        "harness/test_install.py",
-        "time.monotonic() - t0 < 2",
-    ): "fixed bound: make it relative to a baseline measured in the test",
-    (
         "harness/test_launch.py",
         "2 <= time.monotonic() - t0 < 6",
     ): "fixed bound: make it relative to a baseline measured in the test",
@@ -62,10 +52,6 @@ PENDING: dict[tuple[str, str], str] = {
         "asyncio.sleep(1.0)",
     ): "sleep: a phase-wait to poll for, or the behaviour under test (review)",
     (
-        "harness/test_network.py",
-        "time.monotonic() - t0 < 3",
-    ): "fixed bound: make it relative to a baseline measured in the test",
-    (
         "images/test_dataset_images_docker.py",
         "time.monotonic() - t0 < 5",
     ): "fixed bound: make it relative to a baseline measured in the test; in a folder another change owns",
@@ -77,10 +63,6 @@ PENDING: dict[tuple[str, str], str] = {
         "images/test_repo_images_docker.py",
         "time.monotonic() - t0 < 5",
     ): "fixed bound: make it relative to a baseline measured in the test; in a folder another change owns",
-    (
-        "multimodal/test_pictures_units.py",
-        "time.perf_counter() - t0 < 1.0",
-    ): "fixed bound: make it relative to a baseline measured in the test",
     (
         "policy/test_hf.py",
         "asyncio.sleep(1.0)",
@@ -118,10 +100,6 @@ PENDING: dict[tuple[str, str], str] = {
         "asyncio.sleep(1.0)",
     ): "sleep: a phase-wait to poll for, or the behaviour under test (review)",
     (
-        "rollout/test_trainer_abort.py",
-        "time.monotonic() - t0 < 2",
-    ): "fixed bound: make it relative to a baseline measured in the test",
-    (
         "sandbox/test_admission.py",
         "asyncio.sleep(4.5)",
     ): "sleep: a phase-wait to poll for, or the behaviour under test (review)",
@@ -145,10 +123,6 @@ PENDING: dict[tuple[str, str], str] = {
         "test_errors.py",
         "asyncio.sleep(1)",
     ): "sleep: a phase-wait to poll for, or the behaviour under test (review)",
-    (
-        "tokenizer/test_tokenizer.py",
-        "time.perf_counter() - started < 0.01",
-    ): "fixed bound: make it relative to a baseline measured in the test",
 }
 
 

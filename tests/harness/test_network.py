@@ -35,10 +35,12 @@ async def test_gateway_binding_is_reachable_from_the_sandbox_and_nowhere_wider(s
 
 
 async def test_a_closed_port_is_reported_at_once(sandbox, listener):
+    timeout = 40.0
     t0 = time.monotonic()
     with pytest.raises(AdapterUnreachable, match="ADAPTER_PUBLIC_HOST"):
-        await check_reachable(sandbox, f"http://{gateway_ip()}:1")
-    assert time.monotonic() - t0 < 3
+        await check_reachable(sandbox, f"http://{gateway_ip()}:1", timeout=timeout)
+    elapsed = time.monotonic() - t0
+    assert elapsed < timeout / 4, elapsed  # refused, never waited out
 
 
 async def test_a_sandbox_without_network_cannot_reach_it(offline_sandbox, listener):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import time
 
 import pytest
 from support.rollout_helpers import EXAMPLES, dataset_lines
@@ -24,13 +23,16 @@ class Work:
 
     def __init__(self, seconds: float):
         self.seconds = seconds
-        self.started = self.cleaned = False
+        self.started = self.cleaned = self.cancelled = False
 
     async def __call__(self) -> str:
         self.started = True
         try:
             await asyncio.sleep(self.seconds)
             return "done"
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
         finally:
             await asyncio.sleep(0.05)  # clean-up that itself awaits (a sandbox's removal)
             self.cleaned = True
@@ -47,10 +49,9 @@ async def test_an_abort_cancels_the_work_and_waits_for_its_clean_up():
     work = Work(60)
     loop = asyncio.get_running_loop()
     loop.call_later(0.2, flag.append, "stop")
-    t0 = time.monotonic()
     with pytest.raises(RolloutAborted, match="why"):
         await trainer_abort.until_stopped(work(), lambda: "why" if flag else None)
-    assert work.started and work.cleaned and time.monotonic() - t0 < 2
+    assert work.started and work.cancelled and work.cleaned  # cut short, cleaned up first
 
 
 async def test_an_abort_already_set_starts_nothing_and_cancellation_cleans_up():

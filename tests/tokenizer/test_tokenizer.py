@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 import unicodedata
 from pathlib import Path
 
@@ -134,10 +133,8 @@ def test_load_tokenizer_uses_the_cache_and_memoizes(built_dir, tmp_path, monkeyp
     qtok.load_tokenizer.cache_clear()
     try:
         first = qtok.load_tokenizer("qwen3")
-        started = time.perf_counter()
-        again = qtok.load_tokenizer("qwen3")
-        assert again is first
-        assert time.perf_counter() - started < 0.01
+        shutil.rmtree(cache)  # memoized: the second load reads nothing
+        assert qtok.load_tokenizer("qwen3") is first
         assert first.encode("Hello world", add_special_tokens=False) == [9707, 1879]
         assert first.chat_template == qtok.qwen3_chat_template()
         by_path = qtok.load_tokenizer(str(built_dir))
