@@ -174,6 +174,7 @@ class _Screen(ast.NodeVisitor):
         self.own_unittest = "unittest" in parts
         self.depth = 0  # inside a def / class
         self.findings: list[Finding] = []
+        self.aliases: dict[str, str] = {}  # ``import X as Y``: Y -> X
 
     def _touched(self, node: ast.AST) -> bool:
         if self.added.whole:
@@ -203,12 +204,27 @@ class _Screen(ast.NodeVisitor):
                 where = getattr(node, "lineno", 0)
                 self.findings.append(Finding(self.path[:300], where, what[:MAX_WHAT]))
 
+    def _resolved(self, node: ast.AST) -> str | None:
+        """``node``'s dotted name with an ``import X as Y`` alias at its head undone."""
+        dotted = _dotted(node)
+        if dotted is None:
+            return None
+        head, dot, rest = dotted.partition(".")
+        return self.aliases.get(head, head) + dot + rest
+
     def _framework_module(self, name: str) -> bool:
         top = name.split(".", 1)[0]
         return top in FRAMEWORK_MODULES and not self.own_framework
 
     def walk(self, tree: ast.AST) -> None:
         """Visit every node without recursion (the depth of the code is the agent's)."""
+        self.aliases = {
+            a.asname: a.name
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Import)
+            for a in n.names
+            if a.asname and a.asname != a.name
+        }
         stack: list[tuple[ast.AST, int]] = [(tree, 0)]
         while stack:
             node, depth = stack.pop()
@@ -251,11 +267,35 @@ class _Screen(ast.NodeVisitor):
             self._hit(node, SCREENED_IMPORTS[name], process=name in PROCESS_RULES)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
-        dotted = _dotted(node)
+        self._attribute(node, self._resolved(node))
+        if node.attr in FRAMEWORK_ATTRIBUTES and not self.own_framework:
+            self._hit(node, f"touches the test framework ({node.attr[:80]})", whole_file=True)
+
+    def _attribute(self, node: ast.AST, dotted: str | None) -> None:
         if dotted in ATTRIBUTES and not (dotted.startswith("unittest.") and self.own_unittest):
             self._hit(node, ATTRIBUTES[dotted], process=dotted in PROCESS_RULES)
-        elif node.attr in FRAMEWORK_ATTRIBUTES and not self.own_framework:
-            self._hit(node, f"touches the test framework ({node.attr[:80]})", whole_file=True)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        """``getattr(sys, "settrace")``: the attribute spelled as a string."""
+        f, args = node.func, node.args
+        if isinstance(f, ast.Name) and f.id == "getattr" and len(args) >= 2:
+            name, owner = args[1], self._resolved(args[0])
+            if owner and isinstance(name, ast.Constant) and isinstance(name.value, str):
+                self._attribute(node, f"{owner}.{name.value}")
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        """``vars(sys)["settrace"]``, ``sys.__dict__["settrace"]``."""
+        key, v = node.slice, node.value
+        if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+            return
+        if isinstance(v, ast.Call) and getattr(v.func, "id", "") == "vars" and len(v.args) == 1:
+            owner = self._resolved(v.args[0])
+        elif isinstance(v, ast.Attribute) and v.attr == "__dict__":
+            owner = self._resolved(v.value)
+        else:
+            return
+        if owner:
+            self._attribute(node, f"{owner}.{key.value}")
 
     def visit_Constant(self, node: ast.Constant) -> None:
         if not isinstance(node.value, str):
@@ -271,13 +311,13 @@ class _Screen(ast.NodeVisitor):
 
     def visit_Expr(self, node: ast.Expr) -> None:
         if self.depth == 0 and isinstance(node.value, ast.Call):
-            name = _dotted(node.value.func)
+            name = self._resolved(node.value.func)
             if name in ("sys.exit", "exit", "quit", "os.abort"):
                 self._hit(node, f"calls {name} at module level", process=True)
 
     def visit_Raise(self, node: ast.Raise) -> None:
         exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
-        if self.depth == 0 and exc is not None and _dotted(exc) == "SystemExit":
+        if self.depth == 0 and exc is not None and self._resolved(exc) == "SystemExit":
             self._hit(node, "raises SystemExit at module level", process=True)
 
 
