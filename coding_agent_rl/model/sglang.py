@@ -98,7 +98,7 @@ class SGLangClient:
             )
         except (asyncio.CancelledError, asyncio.TimeoutError) as e:
             # Shielded: the abort must go out even though this task is being cancelled.
-            await asyncio.shield(self._abort_quietly(rid))
+            await asyncio.shield(self._abort_quietly(payload["rid"]))
             if isinstance(e, asyncio.TimeoutError):
                 raise await self._probed(
                     UpstreamError(f"SGLang did not answer within {self.timeout_s:.0f}s", status=504)
@@ -107,7 +107,7 @@ class SGLangClient:
         except UpstreamError as e:
             raise await self._probed(e) from e.__cause__
         gen = _parse_generation(data)
-        gen.rid = rid
+        gen.rid = payload["rid"]  # a retry after a reset asked under a fresh one
         gen.latency_s = time.monotonic() - started
         return gen
 
@@ -136,6 +136,14 @@ class SGLangClient:
                 if attempt >= self.connect_retries:
                     raise UpstreamError(f"cannot reach SGLang at {self.base_url}: {e}") from e
                 log.warning("cannot reach SGLang (%s); retrying", e)
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
+                # The connection was reset (a restart, a weight update): nothing came back, so
+                # nothing was recorded. The old request is aborted and asked again, fresh.
+                if attempt >= self.connect_retries:
+                    raise UpstreamError(f"SGLang /generate broke off: {e}") from e
+                log.warning("SGLang connection reset (%s); retrying", e)
+                await self._abort_quietly(payload["rid"])
+                payload["rid"] = uuid.uuid4().hex
             except aiohttp.ClientError as e:
                 raise UpstreamError(f"SGLang /generate broke off: {e}") from e
             await asyncio.sleep(min(self.backoff_s * 2**attempt, 8.0))

@@ -295,3 +295,49 @@ async def test_sglang_client_timeout_sends_abort(renderer):
     finally:
         await client.close()
         await stand_in.stop()
+
+
+async def test_sglang_client_asks_again_after_a_connection_reset(renderer):
+    """A policy server resetting connections for a moment (a restart, a weight update): the
+    reply never came, so nothing was recorded; the client aborts the request it lost and asks
+    again under a fresh rid. Real TCP resets (a proxy that aborts its first connections)."""
+    stand_in = SGLangStandIn(ids_of(renderer, "ok"))
+    upstream = await stand_in.start()
+    up_port = int(upstream.rsplit(":", 1)[1])
+    resets = 2  # the generate request, then the abort of it
+
+    async def front(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal resets
+        if resets:
+            resets -= 1
+            await reader.read(1)  # the request has started
+            writer.transport.abort()  # RST
+            return
+        r2, w2 = await asyncio.open_connection("127.0.0.1", up_port)
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            while data := await src.read(65536):
+                dst.write(data)
+                await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pipe(reader, w2), pipe(r2, writer), return_exceptions=True)
+
+    proxy = await asyncio.start_server(front, "127.0.0.1", 0)
+    port = proxy.sockets[0].getsockname()[1]
+    client = SGLangClient(f"http://127.0.0.1:{port}", connect_retries=3, backoff_s=0.05)
+    once = SGLangClient(f"http://127.0.0.1:{port}", connect_retries=0)
+    try:
+        gen = await client.generate([1, 2, 3], {}, routing_key="k")
+        assert gen.output_ids == stand_in.output_ids and resets == 0
+        (call,) = stand_in.generate_calls  # the lost request never reached the server
+        assert call["body"]["rid"] == gen.rid
+        resets = 1  # with no retries left, a reset is the upstream's error, said so
+        with pytest.raises(UpstreamError, match="broke off"):
+            await once.generate([1], {}, routing_key="k")
+    finally:
+        await client.close()
+        await once.close()
+        proxy.close()
+        await proxy.wait_closed()
+        await stand_in.stop()
