@@ -10,8 +10,10 @@ the CLI installed, the workspace prepared: everything before the session's confi
   preparations at once, as every rollout does without a supply (rollout/prepare.py);
 - ours: the task prepared once, committed to a snapshot, ``n`` copies started from it.
 
-Target: ``speedup`` (baseline / ours, medians over ``--rounds``) >= 3. The machine is shared:
-both sides see the same load, interleaved. The group's grading sandboxes are measured the same
+Copying saves host CPU: in wall time the gain is bounded by n / cores. Target: ``cpu_saving``
+(host CPU-seconds of the baseline / of ours, medians over ``--rounds``; every process on the host,
+from ``/proc/stat``, so read it on a quiet machine) >= 3; ``speedup`` (wall time) is reported.
+Both sides see the same load, interleaved. The group's grading sandboxes are measured the same
 way (``grading_speedup``: ``n`` set-ups vs one set-up copied ``n`` times; reported, no target).
 """
 
@@ -32,15 +34,17 @@ from coding_agent_rl.commands.bench import (
     target_table,
 )
 
-TARGETS: dict[str, Target] = {"speedup": (">=", 3.0)}
+TARGETS: dict[str, Target] = {"cpu_saving": (">=", 3.0)}
 DEFAULT_SETUP = (
     "d=$(python3 -c \"import sysconfig; print(sysconfig.get_paths()['stdlib'])\") && "
     "cp -r $d /opt/setup-build && python3 -m compileall -q -f -o 0 -o 1 -o 2 /opt/setup-build >/dev/null"
 )
 
 
-async def _group(agent: Any, row: Any, n: int, fork: bool) -> float:
-    """Seconds until ``n`` prepared sandboxes of ``row`` exist (all closed after)."""
+async def _group(agent: Any, row: Any, n: int, fork: bool) -> tuple[float, float]:
+    """(seconds, host CPU-seconds) until ``n`` prepared sandboxes of ``row`` exist (all closed
+    after)."""
+    from coding_agent_rl.commands.bench.host_cpu import host_busy_cpu_s
     from coding_agent_rl.rollout.prepare import AgentPreparer, SandboxSupply
 
     supply = SandboxSupply(AgentPreparer(agent), fork=fork, group_size=n)
@@ -56,15 +60,15 @@ async def _group(agent: Any, row: Any, n: int, fork: bool) -> float:
                 raise
         return sb
 
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), host_busy_cpu_s()
     results = await asyncio.gather(*(one() for _ in range(n)), return_exceptions=True)
-    took = time.monotonic() - t0
+    took, cpu = time.monotonic() - t0, host_busy_cpu_s() - cpu0
     await asyncio.gather(*(r.close() for r in results if not isinstance(r, BaseException)))
     await supply.close()
     errors = [r for r in results if isinstance(r, BaseException)]
     if errors:
         raise errors[0]
-    return took
+    return took, cpu
 
 
 async def _grading_group(config: Any, row: Any, n: int, fork: bool) -> float:
@@ -93,7 +97,11 @@ async def _grading_group(config: Any, row: Any, n: int, fork: bool) -> float:
             await supply.close()
 
 
-async def bench(n: int, rounds: int, setup: str) -> dict[str, Any]:
+async def bench(
+    n: int, rounds: int, setup: str, *, grading: bool = True, copy: bool = True
+) -> dict[str, Any]:
+    """``grading``: measure the grading sandboxes too; ``copy`` False prepares ours n times as
+    well (the slowed path: it must miss the target)."""
     from coding_agent_rl.datasets import examples_dataset
     from coding_agent_rl.datasets.schema import load_dataset
     from coding_agent_rl.harness import get_harness
@@ -108,17 +116,21 @@ async def bench(n: int, rounds: int, setup: str) -> dict[str, Any]:
     config = RolloutConfig(backend="docker")
     network = AgentNetwork(agent_network_mode(None), "docker")
     agent = AgentPhase(config, get_harness("claude_code"), network)
-    ours: list[float] = []
-    base: list[float] = []
-    grading: dict[bool, list[float]] = {True: [], False: []}
+    runs: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+    graded: dict[bool, list[float]] = {True: [], False: []}
     for r in range(rounds):  # alternate which goes first: load drift hits both alike
         order = (True, False) if r % 2 else (False, True)
         for fork in order:
-            (ours if fork else base).append(await _group(agent, row, n, fork))
-        for fork in order:
-            grading[fork].append(await _grading_group(config, row, n, fork))
+            runs[fork].append(await _group(agent, row, n, fork and copy))
+        for fork in order if grading else ():
+            graded[fork].append(await _grading_group(config, row, n, fork and copy))
+    ours = [t for t, _ in runs[True]]
+    base = [t for t, _ in runs[False]]
     ours_s, base_s = statistics.median(ours), statistics.median(base)
-    g_ours, g_base = statistics.median(grading[True]), statistics.median(grading[False])
+    ours_cpu = statistics.median(c for _, c in runs[True])
+    base_cpu = statistics.median(c for _, c in runs[False])
+    g_ours = statistics.median(graded[True]) if grading else 0.0
+    g_base = statistics.median(graded[False]) if grading else 0.0
     result: dict[str, Any] = {
         "n": n,
         "rounds": rounds,
@@ -128,14 +140,18 @@ async def bench(n: int, rounds: int, setup: str) -> dict[str, Any]:
         "baseline_ready_s": round(base_s, 3),
         "baseline_ready_s_all": [round(x, 3) for x in base],
         "speedup": round(base_s / ours_s, 3) if ours_s else None,
-        "grading_ready_s": round(g_ours, 3),
-        "grading_baseline_ready_s": round(g_base, 3),
+        "host_cpu_s_per_ready": round(ours_cpu / n, 3),
+        "baseline_host_cpu_s_per_ready": round(base_cpu / n, 3),
+        "cpu_saving": round(base_cpu / ours_cpu, 3) if ours_cpu > 0 else None,
+        "grading_ready_s": round(g_ours, 3) if grading else None,
+        "grading_baseline_ready_s": round(g_base, 3) if grading else None,
         "grading_speedup": round(g_base / g_ours, 3) if g_ours else None,
         "baseline": {
             "kind": "run",
             "from": f"in this run, interleaved with ours: {n} independent preparations at once "
             "(create, CLI install, workspace set-up with the task's pre_commands), as every "
-            "rollout does without a supply; for grading, n grading sandboxes set up whole",
+            "rollout does without a supply; for grading, n grading sandboxes set up whole; "
+            "CPU is every process on the host (/proc/stat) over each side's group",
         },
         "targets": target_table(TARGETS),
     }

@@ -41,3 +41,15 @@ def own_cpu_s() -> float:
     """This process's CPU-seconds, its threads and reaped children included."""
     t = os.times()
     return t.user + t.system + t.children_user + t.children_system
+
+
+def host_busy_cpu_s() -> float:
+    """CPU-seconds every process on this host has used so far (``/proc/stat``: all but idle and
+    iowait). Host-wide: a measured cost of one step only where nothing else runs meanwhile."""
+    try:
+        fields = pathlib.Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return 0.0
+    ticks = [int(x) for x in fields[:8]]
+    busy = sum(ticks) - ticks[3] - ticks[4]  # less idle and iowait
+    return busy / os.sysconf("SC_CLK_TCK")
