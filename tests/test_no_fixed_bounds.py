@@ -36,22 +36,6 @@ PENDING: dict[tuple[str, str], str] = {
         "refused.duration_s < 2",
     ): "fixed bound: make it relative to a baseline measured in the test; in a folder another change owns",
     (
-        "harness/test_agents.py",
-        "run.duration_s < 100",
-    ): "fixed bound: make it relative to a baseline measured in the test",
-    (
-        "harness/test_launch.py",
-        "2 <= time.monotonic() - t0 < 6",
-    ): "fixed bound: make it relative to a baseline measured in the test",
-    (
-        "harness/test_launch.py",
-        "res.duration_s < 5",
-    ): "fixed bound: make it relative to a baseline measured in the test",
-    (
-        "harness/test_launch.py",
-        "asyncio.sleep(1.0)",
-    ): "sleep: a phase-wait to poll for, or the behaviour under test (review)",
-    (
         "images/test_dataset_images_docker.py",
         "time.monotonic() - t0 < 5",
     ): "fixed bound: make it relative to a baseline measured in the test; in a folder another change owns",
@@ -110,14 +94,6 @@ PENDING: dict[tuple[str, str], str] = {
     (
         "sandbox/test_commands.py",
         "result['completion_detect_ms_p50'] < 5000",
-    ): "fixed bound: make it relative to a baseline measured in the test",
-    (
-        "sandbox/test_contract.py",
-        "time.monotonic() - start < 10",
-    ): "fixed bound: make it relative to a baseline measured in the test",
-    (
-        "sandbox/test_contract.py",
-        "time.monotonic() - start < 5",
     ): "fixed bound: make it relative to a baseline measured in the test",
     (
         "test_errors.py",

@@ -148,7 +148,6 @@ async def test_gemini_cli_turn_cap_429_is_final(sandbox, stack, tmp_path):
     assert run.exit_code not in (0, None) and not run.timed_out, run.log_tail[-2000:]
     # One refusal, no retries (which back off 5, 10, 20, 30, 30... s): it gave up at once.
     assert run.log_tail.count("TerminalQuotaError:") == 1, run.log_tail[-3000:]
-    assert run.duration_s < 100
     assert len(adapter.sessions.turns("gem-429")) == 1
     assert await agent_processes(sandbox) == []
 
