@@ -183,7 +183,11 @@ async def run_batch(rows: dict[str, Any], tmp_path) -> Batch:
 async def kill_sandbox(rt: Any, events: dict[str, Any]) -> None:
     """``docker rm -f`` the daterange agent container while its first command (sleep) runs."""
     await wait_for(lambda: sessions_with_turns(rt.adapter, "daterange-"), 240, "a daterange turn")
-    await asyncio.sleep(2)  # the CLI is running `sleep 20` now
+
+    def sleeping() -> bool:
+        return any("sleep 20" in docker("top", c).stdout for c in containers(KILL_RUN))
+
+    await wait_for(sleeping, 120, "the CLI running `sleep 20`")
     ids = agent_containers(KILL_RUN)
     events["killed"] = ids
     docker("rm", "-f", *ids)
