@@ -85,13 +85,13 @@ def _bare_call(src: TestSource, call: ast.Call, at: int) -> list[Edit] | None:
     """Edits turning ``raises(E, f, *args)`` into ``f(*args)``."""
     if len(call.args) <= at or any(isinstance(a, ast.Starred) for a in call.args[: at + 1]):
         return None
+    if any(k.arg is None for k in call.keywords):  # ``**kw``: its span starts after the stars
+        return None
     a, _ = src.span(call)
     f_start, f_end = src.span(call.args[at])
     rest = [*call.args[at + 1 :], *call.keywords]
     _, call_end = src.span(call)
     nxt = min((src.span(r)[0] for r in rest), default=call_end - 1)
-    if any(k.arg is None for k in call.keywords):  # ``**kw``: its span starts after the stars
-        return None
     return [(a, f_start, ""), (f_end, nxt, "(")]
 
 
