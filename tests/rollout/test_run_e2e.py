@@ -69,7 +69,8 @@ def runs(rows, tmp_path_factory) -> dict[str, Any]:
         tmp / "hacks.json",
         [task_rule(rows["slugify"], GIVE_UP), task_rule(rows["pager"], REWRITE_TESTS)],
     )
-    outs = {"claude": tmp / "claude", "codex": tmp / "codex", "scripted": tmp / "scripted"}
+    names = ("claude", "codex", "scripted", "opencode", "codex_all")
+    outs = {name: tmp / name for name in names}
     t0 = time.monotonic()
     procs = {
         "claude": start(outs["claude"], "--policy", "replay", "--concurrency", "3"),
@@ -78,6 +79,12 @@ def runs(rows, tmp_path_factory) -> dict[str, Any]:
             outs["scripted"], "--policy", spec, "--limit", "2", "--n-samples", "2",
             "--concurrency", "4",
         ),
+        # The 7th and 6th CLI on every task: their diffs go through the screen, whose finding
+        # would zero the reward (tamper_policy "zero", the default).
+        "opencode": start(outs["opencode"], "--policy", "replay", "--agent", "opencode",
+                          "--concurrency", "2"),
+        "codex_all": start(outs["codex_all"], "--policy", "replay", "--agent", "codex",
+                           "--concurrency", "2"),
     }  # fmt: skip
     try:
         printed = {name: finish(p, outs[name], 900) for name, p in procs.items()}
@@ -145,6 +152,18 @@ def test_claude_code_replay_solves_every_example_task(runs, rows):
 def test_codex_replay_solves_two_tasks(runs):
     results, _ = check_run(runs["out"]["codex"], runs["printed"]["codex"], 2)
     assert all(r["reward"] == 1.0 and r["agent"] == "codex" for r in results)
+
+
+@pytest.mark.parametrize("name,agent", [("opencode", "opencode"), ("codex_all", "codex")])
+def test_gold_replay_diffs_of_each_cli_have_no_screen_finding(runs, rows, name, agent):
+    """The gold patch as the CLI's own tools write it, and what the CLI leaves beside it, is
+    graded 1.0 on every task, with no tampering finding (any finding would zero it)."""
+    results, _ = check_run(runs["out"][name], runs["printed"][name], 6)
+    assert {r["instance_id"] for r in results} == {r.instance_id for r in rows.values()}
+    for r in results:
+        assert r["agent"] == agent and r["reward"] == 1.0, r
+        assert r["tampering"] == [] and r["tampering_total"] == 0, r
+        assert r["f2p_passed"] == r["f2p_total"] > 0, r
 
 
 def test_giving_up_and_rewriting_tests_both_score_zero(runs):
