@@ -201,18 +201,28 @@ async def test_real_claude_code_stops_promptly_at_the_turn_cap(
     tmp_path, scripted_stack, claude_binary
 ):
     """429 + x-should-retry: false makes Claude Code give up at once instead of retrying for
-    minutes (measured: > 3 min without the header)."""
+    minutes (measured: > 3 min without the header). Baseline: the same script run to its end
+    (three turns) in the same test; the capped run (one turn, then the 429) takes less."""
     work, home, _ = workspace(tmp_path)
     adapter, _policy, url = await scripted_stack(
         {"steps": [{"shell": "echo 1"}, {"shell": "echo 2"}]}
     )
+    clock = asyncio.get_running_loop().time
+    adapter.sessions.open("cc-uncapped")
+    started = clock()
+    code, _, err = await run_cli(
+        claude_argv(claude_binary, "count"), work, claude_env(home, url, "cc-uncapped")
+    )
+    uncapped = clock() - started
+    assert code == 0 and len(await recorded(adapter, "cc-uncapped")) >= 3, err
     sid = "cc-capped"
     adapter.sessions.open(sid, max_turns=1)
-    started = asyncio.get_running_loop().time()
+    started = clock()
     code, out, _ = await run_cli(
         claude_argv(claude_binary, "count"), work, claude_env(home, url, sid)
     )
-    assert asyncio.get_running_loop().time() - started < 60
+    capped = clock() - started
+    assert capped < 2 * uncapped, (capped, uncapped)  # retrying would take minutes
     result = [json.loads(line) for line in out.splitlines() if line.startswith("{")][-1]
     assert code != 0 and result["is_error"] is True and result["api_error_status"] == 429
     assert "turn limit (1)" in result["result"]

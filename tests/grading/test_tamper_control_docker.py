@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import textwrap
+import time
 
 import pytest
 
@@ -59,14 +60,17 @@ async def test_binary_diff_that_inflates(example_rows, make_diff):
     refused = await grade(row, diff)
     assert (refused.reward, refused.failure_kind) == (0.0, "model")
     assert refused.reason == "diff expands to 80.0 MiB, over the 64 MiB cap"
-    assert refused.duration_s < 2  # decided on the host: no sandbox was created
 
     # Without the check the grading sandbox writes all of it (and the fix still scores).
+    t0 = time.monotonic()
     async with GradingSandbox(row, defences=Defences(expansion_cap=None)) as ahead:
+        created_s = time.monotonic() - t0
         result = await grade(row, diff, sandbox=ahead)
         written = await ahead.sandbox.exec("stat -c %s /testbed/textkit/blob.bin")
     assert result.reward == 1.0, result.reason
     assert int(written.stdout) == size
+    # Decided on the host: the refusal took less than creating the sandbox it did not need.
+    assert refused.duration_s < created_s, (refused.duration_s, created_s)
 
 
 def test_git_binary_delta_is_bounded_by_its_target(tmp_path):

@@ -91,11 +91,16 @@ async def test_stop_tokens_end_generation(url, prompt_ids):
     assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": greedy[at]}
 
 
-async def test_abort_request_stops_a_generation(url, prompt_ids):
+async def test_abort_request_stops_a_generation(url, policy, prompt_ids):
+    steps: list[int] = []  # the model's forward passes: one per token
+    hook = policy.model.register_forward_hook(lambda *_: steps.append(1))
     task = asyncio.ensure_future(
         generate(url, prompt_ids, rid="long-rid-1", max_new_tokens=100_000, temperature=1.0)
     )
-    await asyncio.sleep(1.0)
+    deadline = asyncio.get_running_loop().time() + 60  # a give-up point, not a bound
+    while len(steps) < 2:  # the generation is under way
+        assert asyncio.get_running_loop().time() < deadline and not task.done()
+        await asyncio.sleep(0.05)
     async with (
         aiohttp.ClientSession() as http,
         http.post(f"{url}/abort_request", json={"rid": "long-rid"}) as resp,
@@ -103,4 +108,5 @@ async def test_abort_request_stops_a_generation(url, prompt_ids):
         assert resp.status == 200  # rid prefix match, like SGLang
     out = await asyncio.wait_for(task, 30)
     assert out["meta_info"]["finish_reason"]["type"] == "abort"
+    hook.remove()
     assert 0 < len(out["output_ids"]) < 100_000

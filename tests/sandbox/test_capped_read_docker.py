@@ -20,12 +20,18 @@ async def test_reads_are_capped_and_never_block():
     async with create_sandbox("docker", BASE_IMAGE) as sb:
         await sb.exec(
             "truncate -s 1G /tmp/big && printf 'the end\\n' >> /tmp/big && mkdir /tmp/dir"
-            " && mkfifo /tmp/fifo && ln -s /tmp/big /tmp/link",
+            " && mkfifo /tmp/fifo && ln -s /tmp/big /tmp/link"
+            " && head -c 2M /dev/urandom > /tmp/2m",
             check=True,
         )
+        # Baseline: 2 MiB read whole; reading all of /tmp/big would take 512 times that.
+        t0 = time.monotonic()
+        assert (await read_capped(sb, "/tmp/2m", 4 * 2**20)).size == 2 * 2**20
+        whole_s = 512 * (time.monotonic() - t0)
         t0 = time.monotonic()
         big = await read_capped(sb, "/tmp/big", 64 * 1024)
-        assert time.monotonic() - t0 < 10
+        capped_s = time.monotonic() - t0
+        assert capped_s < whole_s / 4, (capped_s, whole_s)
         assert big.size == 2**30 + 8 and big.truncated
         assert big.data.endswith(b"the end\n") and b"bytes dropped" in big.data
         assert len(big.data) < 64 * 1024 + 200
