@@ -73,7 +73,11 @@ def parse_emitted(stdout: str, name: str, cap: int, keep: str = "tail") -> Cappe
 async def read_capped(
     sb: Sandbox, path: str, cap: int, *, keep: str = "tail", timeout: float = 60
 ) -> Capped:
-    """Read at most ``cap`` bytes of ``path`` (as root); never more, whatever the file is."""
+    """Read at most ``cap`` bytes of ``path`` (as root); never more, whatever the file is. The
+    cap is lowered to what one exec's captured output can carry base64-encoded."""
+    carried = (getattr(sb, "output_cap", 0) or 0) // 4 * 3 - 4096
+    if carried > 0:
+        cap = min(cap, carried)
     script = EMIT + emit_command("CAR-READ", path, cap, keep)
     r = await sb.exec(script, timeout=timeout)
     return parse_emitted(r.stdout, "CAR-READ", cap, keep)

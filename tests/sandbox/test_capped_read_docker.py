@@ -35,6 +35,11 @@ async def test_reads_are_capped_and_never_block():
         assert big.size == 2**30 + 8 and big.truncated
         assert big.data.endswith(b"the end\n") and b"bytes dropped" in big.data
         assert len(big.data) < 64 * 1024 + 200
+        # A cap past what one exec's output carries is lowered to it, not cut mid-encoding.
+        await sb.exec("head -c 8M /dev/urandom > /tmp/8m", check=True)
+        wide = await read_capped(sb, "/tmp/8m", 16 * 2**20)
+        assert wide.size == 8 * 2**20 and wide.truncated and wide.cap < 8 * 2**20
+        assert b"bytes dropped" in wide.data and len(wide.data) < wide.cap + 200
         head = await read_capped(sb, "/tmp/big", 16, keep="head")
         assert head.data == bytes(16)
         assert (await read_capped(sb, "/tmp/dir", 10)).size == -2
