@@ -37,6 +37,7 @@ BENCHMARKS = {
     "agents": "agent CPU seconds and wall time per rollout of every agent CLI, replay policy",
     "group": "a GRPO group's sandboxes: one preparation copied n times vs n preparations",
     "admission": "many sandboxes requested at once with admission control on vs off",
+    "faults": "a small real batch per fault class, the fault injected: rows lost, duplicates, misattributed, leftovers",
 }
 
 
