@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from coding_agent_rl.adapter.server import AdapterConfig, AdapterServer
+from coding_agent_rl.errors import InfraFailure
 from coding_agent_rl.trajectory.turn import Turn
 
 log = logging.getLogger(__name__)
@@ -117,6 +118,14 @@ def _child_main(
 # -- the parent side --
 
 
+class AdapterProcessGone(InfraFailure, RuntimeError):
+    """An adapter process died (killed, crashed): its sessions' calls fail at once, as ours."""
+
+    def __init__(self, pid: int | None, exitcode: int | None = None):
+        how = "" if exitcode is None else f" (exit {exitcode})"
+        super().__init__(f"adapter process {pid} is gone{how}", stage="adapter")
+
+
 class _Child:
     """The parent's end of one adapter process: calls by id, answered on a reader thread."""
 
@@ -140,6 +149,7 @@ class _Child:
         self._waiting: dict[int, concurrent.futures.Future[Any]] = {}
         self._send_lock = threading.Lock()
         self._reader: threading.Thread | None = None
+        self.gone = False  # its pipe broke: every call fails with AdapterProcessGone
 
     def ready(self) -> None:
         """Wait for the child's URL, then start reading its answers."""
@@ -151,28 +161,47 @@ class _Child:
         self._reader = threading.Thread(target=self._read, name="adapter-pool-reader", daemon=True)
         self._reader.start()
 
+    @property
+    def alive(self) -> bool:
+        return not self.gone and self.process.is_alive()
+
+    def _gone(self) -> AdapterProcessGone:
+        return AdapterProcessGone(self.process.pid, self.process.exitcode)
+
     def _read(self) -> None:
         while True:
             try:
                 call_id, ok, value = self.conn.recv()
-            except (EOFError, OSError):
+            except Exception:  # EOF, a closed pipe, or a reply cut short by a kill
                 break
             future = self._waiting.pop(call_id, None)
             if future is not None:
                 (future.set_result if ok else future.set_exception)(value)
-        for future in self._waiting.values():
-            future.set_exception(RuntimeError(f"adapter process {self.process.pid} is gone"))
+        with self._send_lock:  # no call is registered after this: submit sees ``gone``
+            self.gone = True
+            waiting, self._waiting = self._waiting, {}
+        self.process.join(1.0)  # a killed child's exit code, for the error
+        if waiting:
+            log.error("%s: failing %d calls in flight", self._gone(), len(waiting))
+        for future in waiting.values():
+            future.set_exception(self._gone())
 
     def submit(
         self, op: str, *args: Any, fd: int | None = None, **kwargs: Any
     ) -> concurrent.futures.Future[Any]:
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         with self._send_lock:
+            if self.gone:
+                raise self._gone()
             call_id = next(self._ids)
             self._waiting[call_id] = future
-            self.conn.send((call_id, op, args, kwargs))
-            if fd is not None:
-                socket.send_fds(self.fds, [b"f"], [fd])
+            try:
+                self.conn.send((call_id, op, args, kwargs))
+                if fd is not None:
+                    socket.send_fds(self.fds, [b"f"], [fd])
+            except (OSError, ValueError) as e:  # a broken pipe: the process died
+                self._waiting.pop(call_id, None)
+                raise self._gone() from e
         return future
 
     def call(self, op: str, *args: Any, **kwargs: Any) -> Any:
@@ -293,7 +322,10 @@ class AdapterPool:
         with self._lock:
             child = self._owner.get(sid)
             if child is None:
-                child = min(self._children, key=lambda c: c.sessions)
+                live = [c for c in self._children if c.alive]  # a dead process takes none
+                if not live:
+                    raise InfraFailure("no adapter process is left", stage="adapter")
+                child = min(live, key=lambda c: c.sessions)
                 child.sessions += 1
                 self._owner[sid] = child
             return child

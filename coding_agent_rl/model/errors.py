@@ -2,7 +2,8 @@
 
 :class:`PolicyRejected`: the policy server refused the request as invalid (the request's doing).
 :class:`UpstreamError`: it failed or could not be reached; ``infra_evidence`` is set only when a
-health probe of the server failed right after (see ``model/sglang.py``).
+health probe of the server failed right after, or the server still answered 503 (unavailable)
+after the client's backoff (see ``model/sglang.py``).
 """
 
 from __future__ import annotations

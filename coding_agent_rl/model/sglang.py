@@ -126,8 +126,11 @@ class SGLangClient:
                         )
                     elif resp.status != 200:
                         text = await resp.text()
+                        # A 503 still there after the backoff (weights being updated, no worker
+                        # free) is the server's own state: no request can make it say so.
                         raise UpstreamError(
-                            f"SGLang /generate failed ({resp.status}): {text[:500]}"
+                            f"SGLang /generate failed ({resp.status}): {text[:500]}",
+                            confirmed=resp.status == 503,
                         )
                     else:
                         return await resp.json(content_type=None)

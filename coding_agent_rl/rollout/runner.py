@@ -122,8 +122,11 @@ class RolloutRunner:
         evaluation: bool,
     ) -> RolloutOutcome:
         job = self._begin(row, base, attempt, sampling_params, evaluation)
-        async with self.act.session(job):
-            samples = await self._guarded(self._pipeline(job), job)
+        try:
+            async with self.act.session(job):
+                samples = await self._guarded(self._pipeline(job), job)
+        except Exception as e:  # the session did not open (e.g. its adapter process is gone)
+            samples = await self._guarded(_raise(e), job)
         return self._end(job, samples)
 
     async def _guarded(self, work: Awaitable[list[Sample]], job: Job) -> list[Sample]:
@@ -412,3 +415,8 @@ class RolloutRunner:
             out["agent_log"] = str(pathlib.Path(result.agent_log).relative_to(root))
         out["test_log"] = str((art / "test_log.txt").relative_to(root))
         return out
+
+
+async def _raise(error: Exception) -> list[Sample]:
+    """``error`` as the work :meth:`RolloutRunner._guarded` turns into the rollout's outcome."""
+    raise error

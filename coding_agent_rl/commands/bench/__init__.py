@@ -38,6 +38,7 @@ BENCHMARKS = {
     "group": "a GRPO group's sandboxes: one preparation copied n times vs n preparations",
     "admission": "many sandboxes requested at once with admission control on vs off",
     "scale": "the orchestrator's own CPU, memory and loop lag from 16 to 512 rollouts in flight",
+    "faults": "a small real batch per fault class, the fault injected: rows lost, duplicates, misattributed, leftovers",
 }
 
 
