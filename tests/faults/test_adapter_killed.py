@@ -21,7 +21,8 @@ def test_adapter_process_killed_with_sessions_open(rows, tmp_path):
     assert f["rows_lost"] == 0 and f["duplicates"] == 0 and f["torn_lines"] == 0, f
     assert f["misattributed"] == 0, [(r["instance_id"], r.get("fail_reason")) for r in o.records]
     assert f["leftovers"] == 0, f
-    assert sum(r["retries"] for r in o.records) >= o.events["killed_sessions"], o.records
+    # (no retry count is asserted: a killed session whose turns were already read back needs
+    # none; the old code lost every row here, which rows_lost above catches)
     assert all(r["reward"] == 1.0 for r in o.records), o.records
 
 
