@@ -122,12 +122,14 @@ class RolloutRunner:
         evaluation: bool,
     ) -> RolloutOutcome:
         job = self._begin(row, base, attempt, sampling_params, evaluation)
-        try:
-            async with self.act.session(job):
-                samples = await self._guarded(self._pipeline(job), job)
-        except Exception as e:  # the session did not open (e.g. its adapter process is gone)
-            samples = await self._guarded(_raise(e), job)
+        samples = await self._guarded(self._in_session(job), job)
         return self._end(job, samples)
+
+    async def _in_session(self, job: Job) -> list[Sample]:
+        """The pipeline inside the act's session: a session that cannot open (its adapter
+        process gone) is judged like any other failure of the attempt."""
+        async with self.act.session(job):
+            return await self._pipeline(job)
 
     async def _guarded(self, work: Awaitable[list[Sample]], job: Job) -> list[Sample]:
         """``work`` within the rollout deadline; a failure becomes the aborted placeholder."""
@@ -415,8 +417,3 @@ class RolloutRunner:
             out["agent_log"] = str(pathlib.Path(result.agent_log).relative_to(root))
         out["test_log"] = str((art / "test_log.txt").relative_to(root))
         return out
-
-
-async def _raise(error: Exception) -> list[Sample]:
-    """``error`` as the work :meth:`RolloutRunner._guarded` turns into the rollout's outcome."""
-    raise error

@@ -63,7 +63,10 @@ def parse_emitted(stdout: str, name: str, cap: int, keep: str = "tail") -> Cappe
         if head != name or not size_s.lstrip("-").isdigit():
             continue
         size = int(size_s)
-        data = base64.b64decode(lines[i + 1]) if i + 1 < len(lines) and size > 0 else b""
+        try:
+            data = base64.b64decode(lines[i + 1]) if i + 1 < len(lines) and size > 0 else b""
+        except ValueError:  # the encoding cut short (the exec's output hit its cap)
+            return Capped(b"", size, cap)
         if size > cap and keep == "tail":
             data = MARKER.format(n=size - cap, cap=cap).encode() + data
         return Capped(data, size, cap)
@@ -75,9 +78,7 @@ async def read_capped(
 ) -> Capped:
     """Read at most ``cap`` bytes of ``path`` (as root); never more, whatever the file is. The
     cap is lowered to what one exec's captured output can carry base64-encoded."""
-    carried = (getattr(sb, "output_cap", 0) or 0) // 4 * 3 - 4096
-    if carried > 0:
-        cap = min(cap, carried)
+    cap = max(1, min(cap, sb.output_cap // 4 * 3 - 4096))
     script = EMIT + emit_command("CAR-READ", path, cap, keep)
     r = await sb.exec(script, timeout=timeout)
     return parse_emitted(r.stdout, "CAR-READ", cap, keep)

@@ -4,22 +4,15 @@ after the fault not written) it misses ``rows_lost`` and exits 1."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+from support.children import run_cli
 
 pytestmark = [pytest.mark.docker, pytest.mark.agents, pytest.mark.slow]
 
 
 def bench(*args: str) -> tuple[int, dict, str]:
-    r = subprocess.run(
-        [sys.executable, "-m", "coding_agent_rl.cli", "bench", "faults", "--json", *args],
-        capture_output=True,
-        text=True,
-        env=os.environ,
-    )
+    r = run_cli("bench", "faults", "--json", *args)
     return r.returncode, json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
 
 

@@ -7,19 +7,15 @@ run's own targets are not asserted (``--no-check``): timing on this shared machi
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
+from support.children import run_cli
 
 LEVELS = "4,16"
 
 
 def bench(*extra: str) -> tuple[int, dict, str]:
-    cmd = [
-        sys.executable,
-        "-c",
-        "import sys; from coding_agent_rl.cli import main; sys.exit(main())",
+    proc = run_cli(
         "bench",
         "scale",
         "--levels",
@@ -30,8 +26,7 @@ def bench(*extra: str) -> tuple[int, dict, str]:
         "0.5",
         "--json",
         *extra,
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     assert len(lines) == 1, (proc.stdout[-2000:], proc.stderr[-3000:])
     return proc.returncode, json.loads(lines[0]), proc.stderr

@@ -14,15 +14,18 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+from coding_agent_rl.commands.bench.faults import FAST_FAIL_HARNESS as FAST_FAIL_HARNESS
+from coding_agent_rl.commands.bench.faults import containers as labelled_containers
 from coding_agent_rl.datasets.schema import TaskRow
 from coding_agent_rl.policy.replay import patch_commands
+from coding_agent_rl.sandbox.docker_engine import LABEL_RUN
 from coding_agent_rl.types import Sample, Status
 
 EXAMPLES = pathlib.Path(__file__).parents[2] / "coding_agent_rl" / "datasets" / "examples"
 TASKS = EXAMPLES / "tasks.jsonl"
 # Every sandbox these tests create carries this label value (``--sandbox-option run_id=...``).
 RUN_ID = f"rollout-tests-{uuid.uuid4().hex[:8]}"
-LABEL = "coding-agent-rl.run"
+LABEL = LABEL_RUN
 
 
 def reap(proc: subprocess.Popen) -> None:
@@ -43,13 +46,7 @@ def dataset_lines() -> dict[str, dict]:
 
 def containers(run_id: str = RUN_ID) -> list[str]:
     """Containers (running or not) labelled with ``run_id``."""
-    r = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label={LABEL}={run_id}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return r.stdout.split()
+    return labelled_containers(run_id)
 
 
 # ---- scripted policies --------------------------------------------------------------------------
@@ -103,7 +100,6 @@ REWRITE_TESTS = [
 
 # Claude Code retries a failing API call 10 times with backoff (~150 s measured): production
 # relies on the rollout deadline there; the tests cap it so a fault shows within seconds.
-FAST_FAIL_HARNESS = {"extra_env": {"CLAUDE_CODE_MAX_RETRIES": "1"}, "extra_args": []}
 
 
 def rollout_config(tmp_path: pathlib.Path | None = None, **overrides: Any):

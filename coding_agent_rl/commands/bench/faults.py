@@ -47,10 +47,10 @@ from coding_agent_rl.commands.bench import (
     report,
     target_table,
 )
+from coding_agent_rl.sandbox.docker_engine import LABEL_RUN
 
 COUNTS = ("rows_lost", "duplicates", "misattributed", "torn_lines", "leftovers")
 TARGETS: dict[str, Target] = {name: ("==", 0.0) for name in COUNTS}
-LABEL = "coding-agent-rl.run"
 # Claude Code retries a failing API call 10 times (~150 s): the batch relies on the rollout's
 # budget there; one retry lets a fault show within seconds.
 FAST_FAIL_HARNESS: dict[str, Any] = {
@@ -327,7 +327,7 @@ async def run_fault(
 
 def containers(run_id: str) -> list[str]:
     r = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label={LABEL}={run_id}"],
+        ["docker", "ps", "-aq", "--filter", f"label={LABEL_RUN}={run_id}"],
         capture_output=True,
         text=True,
         check=True,
